@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// Shape: the extents of a tensor, up to kMaxRank dimensions, stored inline (no allocation).
+#pragma once
+
+#include <algorithm>         // std::copy, std::equal
+#include <array>             // std::array
+#include <initializer_list>  // std::initializer_list
+#include <ostream>           // std::ostream
+#include <stdexcept>         // std::invalid_argument
+#include <string>            // std::string, std::to_string
+#include <vector>            // std::vector
+
+#include "config.hpp"
+
+namespace headwise {
+
+/// The extents of a row-major tensor, outermost first: `Shape{B, L, E}`.
+class Shape {
+public:
+    static constexpr int kMaxRank = 8;
+
+    Shape() = default;
+    Shape(std::initializer_list<Index> dims) { assign(dims.begin(), dims.end()); }
+    explicit Shape(const std::vector<Index>& dims) { assign(dims.begin(), dims.end()); }
+
+    int rank() const noexcept { return rank_; }
+    Index operator[](int axis) const noexcept { return dims_[static_cast<std::size_t>(axis)]; }
+    Index& operator[](int axis) noexcept { return dims_[static_cast<std::size_t>(axis)]; }
+    /// Extent of the last axis (the contiguous one); 1 for rank 0.
+    Index back() const noexcept { return rank_ == 0 ? 1 : dims_[static_cast<std::size_t>(rank_ - 1)]; }
+    /// Product of all extents; 1 for rank 0 (a scalar).
+    Index numel() const noexcept {
+        Index n = 1;
+        for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<std::size_t>(i)];
+        return n;
+    }
+    const Index* begin() const noexcept { return dims_.data(); }
+    const Index* end() const noexcept { return dims_.data() + rank_; }
+    /// The shape without its first `count` axes: [B, L, E].drop_front() == [L, E].
+    Shape drop_front(int count = 1) const noexcept {
+        Shape r;
+        const int n = count < rank_ ? count : rank_;
+        for (int i = n; i < rank_; ++i)
+            r.dims_[static_cast<std::size_t>(i - n)] = dims_[static_cast<std::size_t>(i)];
+        r.rank_ = rank_ - n;
+        return r;
+    }
+    std::vector<Index> to_vector() const { return std::vector<Index>(begin(), end()); }
+
+    /// Axis `axis` counted from the back when negative (-1 is the last axis).
+    int normalize_axis(int axis) const noexcept { return axis < 0 ? axis + rank_ : axis; }
+
+    /// "[8, 128, 512]"
+    std::string str() const {
+        std::string s = "[";
+        for (int i = 0; i < rank_; ++i) {
+            if (i) s += ", ";
+            s += std::to_string(dims_[static_cast<std::size_t>(i)]);
+        }
+        return s + "]";
+    }
+
+    friend bool operator==(const Shape& a, const Shape& b) noexcept {
+        return a.rank_ == b.rank_ && std::equal(a.begin(), a.end(), b.begin());
+    }
+    friend bool operator!=(const Shape& a, const Shape& b) noexcept { return !(a == b); }
+    friend std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
+
+private:
+    template <class It>
+    void assign(It first, It last) {
+        const auto n = static_cast<int>(last - first);
+        if (n > kMaxRank)
+            throw std::invalid_argument("headwise::Shape: rank " + std::to_string(n) +
+                                        " exceeds the maximum rank " + std::to_string(kMaxRank));
+        for (It it = first; it != last; ++it)
+            if (*it < 0)
+                throw std::invalid_argument("headwise::Shape: negative extent " +
+                                            std::to_string(*it));
+        std::copy(first, last, dims_.begin());
+        rank_ = n;
+    }
+
+    std::array<Index, kMaxRank> dims_{};
+    int rank_ = 0;
+};
+
+}  // namespace headwise
