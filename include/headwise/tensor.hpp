@@ -39,6 +39,17 @@ using StridedMatrixMap =
                                   RowMatrix<std::remove_const_t<T>>>,
                Eigen::Unaligned, Eigen::OuterStride<>>;
 
+/// Read-only row-major matrix argument of a kernel: binds without a copy to a MatrixMap, a
+/// StridedMatrixMap (column block) or a RowMatrix. Any other expression is evaluated into a
+/// temporary first, which is correct but slow.
+template <class T>
+using ConstMatrixRef = Eigen::Ref<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+/// Writable row-major matrix argument of a kernel: a MatrixMap, a StridedMatrixMap or a RowMatrix
+/// (rows contiguous, any row stride); anything else does not compile.
+template <class T>
+using MatrixRef = Eigen::Ref<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
 namespace detail {
 
 template <class... I>

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+// Linear<T>: y = x W^T + b over the last axis, owning its parameters and their gradients.
+#pragma once
+
+#include <algorithm>  // std::copy_n
+#include <cmath>      // std::sqrt
+#include <map>        // std::map
+#include <string>     // std::string, std::to_string
+
+#include "../config.hpp"
+#include "../detail/state_dict.hpp"
+#include "../error.hpp"
+#include "../init.hpp"
+#include "../ops/linear.hpp"
+#include "../random.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+namespace headwise {
+
+/// A fully connected layer as torch.nn.Linear: weight [out, in], optional bias [out],
+/// y = x W^T + b applied to the last axis of an input of any rank >= 1 ([..., in] -> [..., out]).
+/// Stateless between calls: backward takes the forward's input again, so any number of forwards
+/// may precede their backwards. Gradients accumulate until zero_grad().
+template <class T>
+class Linear {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    using value_type = T;
+
+    /// PyTorch's initialisation (nn.Linear.reset_parameters): weight by kaiming_uniform_ with
+    /// a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), then bias U(-1/sqrt(in), 1/sqrt(in)), both
+    /// drawn from `rng` in that order. Gradients start at zero. Throws std::invalid_argument
+    /// unless both sizes are positive.
+    template <class Rng>
+    Linear(Index in_features, Index out_features, bool bias, Rng& rng);
+
+    /// y[..., out] = x[..., in] W^T + b.
+    Tensor<T> forward(TensorView<const T> x) const;
+    /// The same into a caller buffer y[..., out] (overwritten; must not overlap x).
+    void forward_into(TensorView<const T> x, TensorView<T> y) const;
+
+    /// Given the forward's input x[..., in] and dy[..., out] = dLoss/dy, returns
+    /// dx[..., in] = dy W and ADDS dy^T x to grad_weight() and sum(dy) to grad_bias().
+    Tensor<T> backward(TensorView<const T> x, TensorView<const T> dy);
+    /// The same, ADDING dx into the caller buffer dx[..., in] (zero it first, or let a residual
+    /// branch's gradient sum into it).
+    void backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
+
+    /// Sets grad_weight() and grad_bias() to zero.
+    void zero_grad();
+
+    Index in_features() const noexcept { return in_features_; }
+    Index out_features() const noexcept { return out_features_; }
+    bool has_bias() const noexcept { return has_bias_; }
+
+    /// Parameters and gradients as views: values may be changed in place, shapes may not.
+    /// Without bias, bias() and grad_bias() are empty (shape [0]).
+    TensorView<T> weight() noexcept { return weight_.view(); }
+    TensorView<const T> weight() const noexcept { return weight_.view(); }
+    TensorView<T> bias() noexcept { return bias_.view(); }
+    TensorView<const T> bias() const noexcept { return bias_.view(); }
+    TensorView<T> grad_weight() noexcept { return grad_weight_.view(); }
+    TensorView<const T> grad_weight() const noexcept { return grad_weight_.view(); }
+    TensorView<T> grad_bias() noexcept { return grad_bias_.view(); }
+    TensorView<const T> grad_bias() const noexcept { return grad_bias_.view(); }
+
+    /// Copies of the parameters under PyTorch's names: "weight" [out, in], "bias" [out] (if any).
+    std::map<std::string, Tensor<T>> state_dict() const;
+    /// Strict: `state` must hold exactly the keys of state_dict() with the same shapes, or this
+    /// throws (naming the key and the shapes) and leaves the parameters untouched.
+    void load_state_dict(const std::map<std::string, Tensor<T>>& state);
+    /// Copies of the gradients under the names of state_dict().
+    std::map<std::string, Tensor<T>> grad_dict() const;
+
+private:
+    Shape output_shape(const Shape& input) const {
+        Shape s = input;
+        s[s.rank() - 1] = out_features_;
+        return s;
+    }
+    detail::ParameterShapes parameter_shapes() const;
+    void forward_unchecked(TensorView<const T> x, TensorView<T> y) const;
+    void backward_unchecked(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
+
+    Index in_features_;
+    Index out_features_;
+    bool has_bias_;
+    Tensor<T> weight_;       // [out, in]
+    Tensor<T> bias_;         // [out], or [0] without bias
+    Tensor<T> grad_weight_;  // [out, in]
+    Tensor<T> grad_bias_;    // [out], or [0] without bias
+};
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+
+inline Index checked_features(const char* argument, Index value) {
+    if (value <= 0)
+        throw_invalid_argument("headwise::Linear::Linear", argument, "must be positive",
+                               std::to_string(value));
+    return value;
+}
+
+}  // namespace detail
+
+template <class T>
+template <class Rng>
+Linear<T>::Linear(Index in_features, Index out_features, bool bias, Rng& rng)
+    : in_features_(detail::checked_features("in_features", in_features)),
+      out_features_(detail::checked_features("out_features", out_features)),
+      has_bias_(bias),
+      weight_(Shape{out_features, in_features}),
+      bias_(Shape{bias ? out_features : 0}),
+      grad_weight_(Shape{out_features, in_features}),
+      grad_bias_(Shape{bias ? out_features : 0}) {
+    kaiming_uniform_(weight_, std::sqrt(5.0), rng);
+    if (has_bias_) {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in_features_));
+        uniform_(bias_, -bound, bound, rng);
+    }
+}
+
+template <class T>
+Tensor<T> Linear<T>::forward(TensorView<const T> x) const {
+    detail::check_last_dim("headwise::Linear::forward", "input", x.shape(), in_features_);
+    Tensor<T> y(output_shape(x.shape()));  // [..., out]
+    forward_unchecked(x, y);
+    return y;
+}
+
+template <class T>
+void Linear<T>::forward_into(TensorView<const T> x, TensorView<T> y) const {
+    constexpr const char* fn = "headwise::Linear::forward_into";
+    detail::check_last_dim(fn, "input", x.shape(), in_features_);
+    detail::check_shape(fn, "output", y.shape(), output_shape(x.shape()));
+    forward_unchecked(x, y);
+}
+
+template <class T>
+void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const {
+    // x [..., in] viewed as X [N, in]; y [..., out] as Y [N, out]
+    ops::linear_forward<T>(x.matrix(), weight_.matrix(), has_bias_ ? bias_.data() : nullptr,
+                           y.matrix());
+}
+
+template <class T>
+Tensor<T> Linear<T>::backward(TensorView<const T> x, TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::Linear::backward";
+    detail::check_last_dim(fn, "input", x.shape(), in_features_);
+    detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));
+    Tensor<T> dx(x.shape());  // [..., in], zero: backward_unchecked accumulates
+    backward_unchecked(x, dy, dx);
+    return dx;
+}
+
+template <class T>
+void Linear<T>::backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx) {
+    constexpr const char* fn = "headwise::Linear::backward_into";
+    detail::check_last_dim(fn, "input", x.shape(), in_features_);
+    detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));
+    detail::check_shape(fn, "grad_input", dx.shape(), x.shape());
+    backward_unchecked(x, dy, dx);
+}
+
+template <class T>
+void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy,
+                                   TensorView<T> dx) {
+    // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
+    ops::linear_backward<T>(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
+                            grad_weight_.matrix(), has_bias_ ? grad_bias_.data() : nullptr);
+}
+
+template <class T>
+void Linear<T>::zero_grad() {
+    grad_weight_.fill(T(0));
+    grad_bias_.fill(T(0));
+}
+
+template <class T>
+detail::ParameterShapes Linear<T>::parameter_shapes() const {
+    detail::ParameterShapes shapes{{"weight", weight_.shape()}};
+    if (has_bias_) shapes.emplace_back("bias", bias_.shape());
+    return shapes;
+}
+
+template <class T>
+std::map<std::string, Tensor<T>> Linear<T>::state_dict() const {
+    std::map<std::string, Tensor<T>> state{{"weight", weight_}};
+    if (has_bias_) state.emplace("bias", bias_);
+    return state;
+}
+
+template <class T>
+void Linear<T>::load_state_dict(const std::map<std::string, Tensor<T>>& state) {
+    // Validate everything first: a failed load leaves the module as it was. Then copy into the
+    // existing buffers, so views from weight() and bias() stay valid.
+    detail::check_state_dict("headwise::Linear::load_state_dict", state, parameter_shapes());
+    const Tensor<T>& weight = state.at("weight");
+    std::copy_n(weight.data(), weight.numel(), weight_.data());
+    if (has_bias_) {
+        const Tensor<T>& bias = state.at("bias");
+        std::copy_n(bias.data(), bias.numel(), bias_.data());
+    }
+}
+
+template <class T>
+std::map<std::string, Tensor<T>> Linear<T>::grad_dict() const {
+    std::map<std::string, Tensor<T>> grads{{"weight", grad_weight_}};
+    if (has_bias_) grads.emplace("bias", grad_bias_);
+    return grads;
+}
+
+}  // namespace headwise

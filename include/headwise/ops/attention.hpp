@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+// Scaled dot-product attention for one (batch, head) slice: forward and backward kernels.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>  // std::uint64_t
+#include <limits>   // std::numeric_limits
+
+#include "../config.hpp"
+#include "../tensor.hpp"
+#include "dropout.hpp"
+#include "softmax.hpp"
+
+namespace headwise::ops {
+
+/// Which scores of one [L, S] slice are hidden, and what is added to them. Every field is
+/// optional. Boolean masks use one polarity throughout headwise: `true` means *may not attend*.
+/// Keys at column `masked_keys` and beyond (the bias_k and zero-attention keys MultiheadAttention
+/// appends) are never masked, as in PyTorch, which pads its masks with visible columns for them.
+template <class T>
+struct ScoreMask {
+    const bool* mask = nullptr;         // [L, mask_ld] row-major, true = may not attend
+    Index mask_ld = 0;                  // row stride of mask
+    const T* bias = nullptr;            // [L, bias_ld] additive, row-major
+    Index bias_ld = 0;                  // row stride of bias
+    const bool* key_padding = nullptr;  // [masked_keys], true = padding (may not attend)
+    bool causal = false;                // query i may attend key j only if j <= i (top-left)
+    Index masked_keys = -1;             // columns the masks cover; -1 means all
+
+    bool any() const noexcept { return mask || bias || key_padding || causal; }
+};
+
+/// Forward of one slice (Vaswani et al. 2017, Eq. 1):
+///   S = scale * Q K^T + bias, masked scores = -inf     [L, S]
+///   P = softmax_rows(S)                                [L, S]  (a row with no visible key is 0)
+///   A = dropout(P)                                     [L, S]  (A is P when dropout is off)
+///   O = A V                                            [L, Dv]
+/// Writes P (kept for backward and for the returned weights), A when dropout is active (into
+/// `A`, which may be any scratch when it is not) and O. Q, K, V may be strided column blocks.
+template <class T>
+void attention_forward(ConstMatrixRef<T> Q,  // [L, D]
+                       ConstMatrixRef<T> K,  // [S, D]
+                       ConstMatrixRef<T> V,  // [S, Dv]
+                       const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                       std::uint64_t dropout_stream,
+                       MatrixRef<T> P,   // [L, S] out
+                       MatrixRef<T> A,   // [L, S] out when dropout.active(), else unused
+                       MatrixRef<T> O);  // [L, Dv] out
+
+/// Backward of one slice, given forward's P. Walks forward's steps in reverse; every gradient
+/// is *added* to (dQ, dK, dV are not cleared). `scratch` is an [L, S] buffer.
+///   dV += A^T dO                       from O = A V
+///   dA  = dO V^T                       from O = A V
+///   dP  = dropout(dA)  (same mask)     from A = dropout(P)
+///   dS  = P ⊙ (dP - rowsum(dP ⊙ P))    from P = softmax(S)
+///   dQ += scale dS K,  dK += scale dS^T Q   from S = scale Q K^T + bias
+template <class T>
+void attention_backward(ConstMatrixRef<T> Q,   // [L, D]
+                        ConstMatrixRef<T> K,   // [S, D]
+                        ConstMatrixRef<T> V,   // [S, Dv]
+                        ConstMatrixRef<T> P,   // [L, S] forward's softmax output
+                        T scale, const Dropout& dropout, std::uint64_t dropout_stream,
+                        ConstMatrixRef<T> dO,  // [L, Dv]
+                        MatrixRef<T> scratch,  // [L, S]
+                        MatrixRef<T> dQ,       // [L, D]  +=
+                        MatrixRef<T> dK,       // [S, D]  +=
+                        MatrixRef<T> dV);      // [S, Dv] +=
+
+/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf.
+template <class T>
+void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S);
+
+// ------------------------------------------------------------------------------------------------
+
+template <class T>
+void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S) {
+    if (!mask.any()) return;
+    constexpr T kHidden = -std::numeric_limits<T>::infinity();
+    const Index L = S.rows();
+    const Index covered = mask.masked_keys < 0 ? S.cols() : mask.masked_keys;
+    HEADWISE_ASSERT(covered <= S.cols());
+    for (Index i = 0; i < L; ++i) {
+        T* row = S.row(i).data();
+        if (mask.bias) {
+            const T* b = mask.bias + i * mask.bias_ld;
+            for (Index j = 0; j < covered; ++j) row[j] += b[j];
+        }
+        if (mask.mask) {
+            const bool* m = mask.mask + i * mask.mask_ld;
+            for (Index j = 0; j < covered; ++j)
+                if (m[j]) row[j] = kHidden;
+        }
+        if (mask.key_padding)
+            for (Index j = 0; j < covered; ++j)
+                if (mask.key_padding[j]) row[j] = kHidden;
+        if (mask.causal)
+            for (Index j = i + 1; j < covered; ++j) row[j] = kHidden;
+    }
+}
+
+template <class T>
+void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                       const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                       std::uint64_t dropout_stream, MatrixRef<T> P, MatrixRef<T> A,
+                       MatrixRef<T> O) {
+    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
+    HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
+    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
+    // 1. S = scale * Q K^T, into P's storage.
+    P.noalias() = scale * (Q * K.transpose());
+    // 2. bias and masks.
+    apply_score_mask(mask, P);
+    // 3. P = softmax(S), row by row.
+    softmax_forward<T>(P, P);
+    // 4. A = dropout(P); 5. O = A V.
+    if (dropout.active()) {
+        dropout_apply(dropout, dropout_stream, P, A);
+        O.noalias() = A * V;
+    } else {
+        O.noalias() = P * V;
+    }
+}
+
+template <class T>
+void attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                        ConstMatrixRef<T> P, T scale, const Dropout& dropout,
+                        std::uint64_t dropout_stream, ConstMatrixRef<T> dO, MatrixRef<T> scratch,
+                        MatrixRef<T> dQ, MatrixRef<T> dK, MatrixRef<T> dV) {
+    HEADWISE_ASSERT(scratch.rows() == P.rows() && scratch.cols() == P.cols());
+    // 5. O = A V  ->  dV += A^T dO, dA = dO V^T.
+    if (dropout.active()) {
+        dropout_apply(dropout, dropout_stream, P, scratch);  // A, regenerated from the seed
+        dV.noalias() += scratch.transpose() * dO;
+    } else {
+        dV.noalias() += P.transpose() * dO;
+    }
+    scratch.noalias() = dO * V.transpose();  // dA  [L, S]
+    // 4. A = dropout(P)  ->  dP = dA ⊙ M / (1 - p), the same mask.
+    if (dropout.active()) dropout_apply(dropout, dropout_stream, scratch, scratch);
+    // 3. P = softmax(S)  ->  dS = P ⊙ (dP - rowsum(dP ⊙ P)); masked and fully masked entries
+    //    have P = 0 and so get no gradient.
+    softmax_backward<T>(P, scratch, scratch);
+    // 2. the additive bias and the masks pass gradients through unchanged or not at all.
+    // 1. S = scale Q K^T  ->  dQ += scale dS K,  dK += scale dS^T Q.
+    dQ.noalias() += scale * (scratch * K);
+    dK.noalias() += scale * (scratch.transpose() * Q);
+}
+
+}  // namespace headwise::ops

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: MIT
+// Elementwise arithmetic on tensors of one shape, with scalars, and a row broadcast over rows.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <type_traits>  // std::is_same_v
+
+#include "../config.hpp"
+#include "../detail/tensor_like.hpp"
+#include "../error.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+// Every function checks shapes first (throwing shape_error), then computes with Eigen array
+// maps over the flat data, and returns a new tensor. The compound assignments (+= ...) write into
+// their left operand, which may be a Tensor or a writable TensorView (e.g. a slice). There is no
+// implicit broadcasting: shapes match exactly, except in broadcast_add.
+
+namespace headwise {
+
+// ---- tensor (op) tensor of the same shape --------------------------------------------------
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> add(const X& a, const Y& b);
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> sub(const X& a, const Y& b);
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> mul(const X& a, const Y& b);  // Hadamard product a ⊙ b
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> div(const X& a, const Y& b);
+
+// ---- tensor (op) scalar --------------------------------------------------------------------
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> add(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> sub(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> mul(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> div(const X& a, detail::scalar_t<X> s);
+
+// ---- unary ---------------------------------------------------------------------------------
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> neg(const X& x);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> exp(const X& x);
+
+/// x [..., n] + row [n]: `row` added to every row of the last axis (a bias over leading axes).
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> broadcast_add(const X& x, const Y& row);
+
+// ---- operators -----------------------------------------------------------------------------
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> operator+(const X& a, const Y& b);
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> operator-(const X& a, const Y& b);
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> operator*(const X& a, const Y& b);  // elementwise, not matmul
+template <class X, class Y, detail::require_tensors<X, Y> = 0>
+Tensor<detail::scalar_t<X>> operator/(const X& a, const Y& b);
+
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator+(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator-(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator*(const X& a, detail::scalar_t<X> s);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator/(const X& a, detail::scalar_t<X> s);
+
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator+(detail::scalar_t<X> s, const X& a);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator-(detail::scalar_t<X> s, const X& a);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator*(detail::scalar_t<X> s, const X& a);
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator/(detail::scalar_t<X> s, const X& a);  // s / a[i]
+
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> operator-(const X& x);
+
+template <class X, class Y, detail::require_mutable_tensor<X> = 0, detail::require_tensors<Y> = 0>
+X& operator+=(X& a, const Y& b);
+template <class X, class Y, detail::require_mutable_tensor<X> = 0, detail::require_tensors<Y> = 0>
+X& operator-=(X& a, const Y& b);
+template <class X, class Y, detail::require_mutable_tensor<X> = 0, detail::require_tensors<Y> = 0>
+X& operator*=(X& a, const Y& b);
+template <class X, class Y, detail::require_mutable_tensor<X> = 0, detail::require_tensors<Y> = 0>
+X& operator/=(X& a, const Y& b);
+
+template <class X, detail::require_mutable_tensor<X> = 0>
+X& operator+=(X& a, detail::scalar_t<X> s);
+template <class X, detail::require_mutable_tensor<X> = 0>
+X& operator-=(X& a, detail::scalar_t<X> s);
+template <class X, detail::require_mutable_tensor<X> = 0>
+X& operator*=(X& a, detail::scalar_t<X> s);
+template <class X, detail::require_mutable_tensor<X> = 0>
+X& operator/=(X& a, detail::scalar_t<X> s);
+
+// ---- definitions ---------------------------------------------------------------------------
+
+namespace detail {
+
+enum class ElementwiseOp { add, sub, mul, div, rsub, rdiv };
+
+/// The flat data of a view as an Eigen column array (no copy; views need not be aligned).
+template <class T>
+Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> flat_array(TensorView<const T> v) {
+    return Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v.data(), v.numel());
+}
+template <class T>
+Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat_array(TensorView<T> v) {
+    return Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(v.data(), v.numel());
+}
+
+/// out = a (op) b elementwise; out may alias a or b exactly.
+template <class T>
+void elementwise_into(ElementwiseOp op, TensorView<const T> a, TensorView<const T> b,
+                      TensorView<T> out) {
+    const auto A = flat_array(a);
+    const auto B = flat_array(b);
+    auto O = flat_array(out);
+    switch (op) {
+        case ElementwiseOp::add: O = A + B; break;
+        case ElementwiseOp::sub: O = A - B; break;
+        case ElementwiseOp::mul: O = A * B; break;
+        case ElementwiseOp::div: O = A / B; break;
+        case ElementwiseOp::rsub: O = B - A; break;
+        case ElementwiseOp::rdiv: O = B / A; break;
+    }
+}
+
+/// out = a (op) s elementwise (rsub: s - a, rdiv: s / a); out may alias a.
+template <class T>
+void elementwise_into(ElementwiseOp op, TensorView<const T> a, T s, TensorView<T> out) {
+    const auto A = flat_array(a);
+    auto O = flat_array(out);
+    switch (op) {
+        case ElementwiseOp::add: O = A + s; break;
+        case ElementwiseOp::sub: O = A - s; break;
+        case ElementwiseOp::mul: O = A * s; break;
+        case ElementwiseOp::div: O = A / s; break;
+        case ElementwiseOp::rsub: O = s - A; break;
+        case ElementwiseOp::rdiv: O = s / A; break;
+    }
+}
+
+template <class X, class Y>
+Tensor<scalar_t<X>> elementwise(const char* function, ElementwiseOp op, const X& a, const Y& b) {
+    using T = scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    static_assert(std::is_same_v<T, scalar_t<Y>>,
+                  "headwise: both tensors of an elementwise operation must hold the same scalar "
+                  "type; convert one of them first");
+    const TensorView<const T> A = const_view(a);
+    const TensorView<const T> B = const_view(b);
+    check_shape(function, "b", B.shape(), A.shape());
+    Tensor<T> out(A.shape());  // [A.shape]
+    elementwise_into<T>(op, A, B, out.view());
+    return out;
+}
+
+template <class X>
+Tensor<scalar_t<X>> elementwise(ElementwiseOp op, const X& a, scalar_t<X> s) {
+    using T = scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    const TensorView<const T> A = const_view(a);
+    Tensor<T> out(A.shape());  // [A.shape]
+    elementwise_into<T>(op, A, s, out.view());
+    return out;
+}
+
+template <class X, class Y>
+X& elementwise_assign(const char* function, ElementwiseOp op, X& a, const Y& b) {
+    using T = scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    static_assert(std::is_same_v<T, scalar_t<Y>>,
+                  "headwise: both tensors of an elementwise operation must hold the same scalar "
+                  "type; convert one of them first");
+    const TensorView<T> A = mutable_view(a);
+    const TensorView<const T> B = const_view(b);
+    check_shape(function, "b", B.shape(), A.shape());
+    elementwise_into<T>(op, A, B, A);
+    return a;
+}
+
+template <class X>
+X& elementwise_assign(ElementwiseOp op, X& a, scalar_t<X> s) {
+    using T = scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    const TensorView<T> A = mutable_view(a);
+    elementwise_into<T>(op, A, s, A);
+    return a;
+}
+
+}  // namespace detail
+
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> add(const X& a, const Y& b) {
+    return detail::elementwise("headwise::add", detail::ElementwiseOp::add, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> sub(const X& a, const Y& b) {
+    return detail::elementwise("headwise::sub", detail::ElementwiseOp::sub, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> mul(const X& a, const Y& b) {
+    return detail::elementwise("headwise::mul", detail::ElementwiseOp::mul, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> div(const X& a, const Y& b) {
+    return detail::elementwise("headwise::div", detail::ElementwiseOp::div, a, b);
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> add(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::add, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> sub(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::sub, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> mul(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::mul, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> div(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::div, a, s);
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> neg(const X& x) {
+    using T = detail::scalar_t<X>;
+    return detail::elementwise(detail::ElementwiseOp::rsub, x, T(0));
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> exp(const X& x) {
+    using T = detail::scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    const TensorView<const T> xv = detail::const_view(x);
+    Tensor<T> out(xv.shape());  // [x.shape]
+    detail::flat_array(out.view()) = detail::flat_array(xv).exp();
+    return out;
+}
+
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> broadcast_add(const X& x, const Y& row) {
+    using T = detail::scalar_t<X>;
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    static_assert(std::is_same_v<T, detail::scalar_t<Y>>,
+                  "headwise::broadcast_add: x and row must hold the same scalar type; convert "
+                  "one of them first");
+    const TensorView<const T> xv = detail::const_view(x);  // [..., n]
+    const TensorView<const T> r = detail::const_view(row);  // [n]
+    if (xv.rank() < 1) throw shape_error("headwise::broadcast_add", "x", "[..., n]", xv.shape());
+    const Index n = xv.shape().back();
+    detail::check_shape("headwise::broadcast_add", "row", r.shape(), Shape{n});
+    const Index rows = n == 0 ? 0 : xv.numel() / n;
+    Tensor<T> out(xv.shape());  // [..., n]
+    const MatrixMap<const T> in(xv.data(), rows, n);       // [rows, n]
+    MatrixMap<T> Y(out.data(), rows, n);                   // [rows, n]
+    const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> b(r.data(), n);  // [1, n]
+    Y = in.rowwise() + b;
+    return out;
+}
+
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> operator+(const X& a, const Y& b) {
+    return detail::elementwise("headwise::operator+", detail::ElementwiseOp::add, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> operator-(const X& a, const Y& b) {
+    return detail::elementwise("headwise::operator-", detail::ElementwiseOp::sub, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> operator*(const X& a, const Y& b) {
+    return detail::elementwise("headwise::operator*", detail::ElementwiseOp::mul, a, b);
+}
+template <class X, class Y, detail::require_tensors<X, Y>>
+Tensor<detail::scalar_t<X>> operator/(const X& a, const Y& b) {
+    return detail::elementwise("headwise::operator/", detail::ElementwiseOp::div, a, b);
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator+(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::add, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator-(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::sub, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator*(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::mul, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator/(const X& a, detail::scalar_t<X> s) {
+    return detail::elementwise(detail::ElementwiseOp::div, a, s);
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator+(detail::scalar_t<X> s, const X& a) {
+    return detail::elementwise(detail::ElementwiseOp::add, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator-(detail::scalar_t<X> s, const X& a) {
+    return detail::elementwise(detail::ElementwiseOp::rsub, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator*(detail::scalar_t<X> s, const X& a) {
+    return detail::elementwise(detail::ElementwiseOp::mul, a, s);
+}
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator/(detail::scalar_t<X> s, const X& a) {
+    return detail::elementwise(detail::ElementwiseOp::rdiv, a, s);
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> operator-(const X& x) {
+    return neg(x);
+}
+
+template <class X, class Y, detail::require_mutable_tensor<X>, detail::require_tensors<Y>>
+X& operator+=(X& a, const Y& b) {
+    return detail::elementwise_assign("headwise::operator+=", detail::ElementwiseOp::add, a, b);
+}
+template <class X, class Y, detail::require_mutable_tensor<X>, detail::require_tensors<Y>>
+X& operator-=(X& a, const Y& b) {
+    return detail::elementwise_assign("headwise::operator-=", detail::ElementwiseOp::sub, a, b);
+}
+template <class X, class Y, detail::require_mutable_tensor<X>, detail::require_tensors<Y>>
+X& operator*=(X& a, const Y& b) {
+    return detail::elementwise_assign("headwise::operator*=", detail::ElementwiseOp::mul, a, b);
+}
+template <class X, class Y, detail::require_mutable_tensor<X>, detail::require_tensors<Y>>
+X& operator/=(X& a, const Y& b) {
+    return detail::elementwise_assign("headwise::operator/=", detail::ElementwiseOp::div, a, b);
+}
+
+template <class X, detail::require_mutable_tensor<X>>
+X& operator+=(X& a, detail::scalar_t<X> s) {
+    return detail::elementwise_assign(detail::ElementwiseOp::add, a, s);
+}
+template <class X, detail::require_mutable_tensor<X>>
+X& operator-=(X& a, detail::scalar_t<X> s) {
+    return detail::elementwise_assign(detail::ElementwiseOp::sub, a, s);
+}
+template <class X, detail::require_mutable_tensor<X>>
+X& operator*=(X& a, detail::scalar_t<X> s) {
+    return detail::elementwise_assign(detail::ElementwiseOp::mul, a, s);
+}
+template <class X, detail::require_mutable_tensor<X>>
+X& operator/=(X& a, detail::scalar_t<X> s) {
+    return detail::elementwise_assign(detail::ElementwiseOp::div, a, s);
+}
+
+}  // namespace headwise

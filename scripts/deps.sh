@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
+# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2 and Google Benchmark.
+#
+#   bash scripts/deps.sh                      check, and install what is missing
+#   source scripts/deps.sh && headwise_deps   the same, from another script
+#
+# Installs only what is missing, so running it again costs nothing. As root it runs apt-get
+# itself, otherwise through sudo if that works without a password; failing both it prints the
+# apt-get command to run and exits 1.
+
+headwise_deps() {
+    local -a missing=()
+
+    echo "headwise: checking dependencies ..."
+    _headwise_have_command cmake || missing+=(cmake)
+    _headwise_have_command make || missing+=(make)
+    if [[ -n "${CXX:-}" ]]; then
+        # A compiler chosen by the caller: check it is there, but do not guess its package.
+        if ! _headwise_have_command "${CXX%% *}"; then
+            echo "headwise: CXX=${CXX} is not an executable command" >&2
+            return 1
+        fi
+    else
+        _headwise_have_command g++ || missing+=(g++)
+    fi
+    _headwise_have_command pkg-config || missing+=(pkg-config)
+    _headwise_have_package libeigen3-dev eigen3/Eigen/Core Eigen3Config.cmake ||
+        missing+=(libeigen3-dev)
+    _headwise_have_package catch2 "" Catch2Config.cmake || missing+=(catch2)
+    _headwise_have_package libbenchmark-dev benchmark/benchmark.h benchmarkConfig.cmake ||
+        missing+=(libbenchmark-dev)
+
+    if ((${#missing[@]} > 0)); then
+        _headwise_install "${missing[@]}" || return 1
+    fi
+
+    _headwise_check_cmake_version || return 1
+    echo "headwise: dependencies present" \
+        "(cmake $(_headwise_cmake_version), $("${CXX:-g++}" --version | head -n 1))"
+}
+
+# --- helpers ------------------------------------------------------------------------------------
+
+_headwise_have_command() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+# _headwise_have_package <debian package> <header under an include dir, or ""> <CMake config file>
+# True when dpkg says the package is installed, or, without it (another distribution, a build
+# from source), when the header and the CMake package file are found under /usr or /usr/local.
+_headwise_have_package() {
+    local package="$1" header="$2" config="$3"
+    if _headwise_have_command dpkg-query &&
+        [[ "$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null)" == "install ok installed" ]]; then
+        return 0
+    fi
+    local prefix found_header="" found_config=""
+    for prefix in /usr/local /usr; do
+        if [[ -z "${header}" || -f "${prefix}/include/${header}" ]]; then
+            found_header=yes
+        fi
+        if compgen -G "${prefix}/lib/cmake/*/${config}" >/dev/null ||
+            compgen -G "${prefix}/lib/*/cmake/*/${config}" >/dev/null ||
+            compgen -G "${prefix}/lib64/cmake/*/${config}" >/dev/null ||
+            compgen -G "${prefix}/share/*/cmake/${config}" >/dev/null ||
+            compgen -G "${prefix}/share/cmake/*/${config}" >/dev/null; then
+            found_config=yes
+        fi
+    done
+    [[ -n "${found_header}" && -n "${found_config}" ]]
+}
+
+_headwise_install() {
+    local -a packages=("$@")
+    local -a apt=(apt-get install -y --no-install-recommends "${packages[@]}")
+    echo "headwise: installing ${packages[*]} ..."
+    if [[ "$(id -u)" -eq 0 ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update &&
+            DEBIAN_FRONTEND=noninteractive "${apt[@]}"
+    elif _headwise_have_command sudo && sudo -n true 2>/dev/null; then
+        sudo -n env DEBIAN_FRONTEND=noninteractive apt-get update &&
+            sudo -n env DEBIAN_FRONTEND=noninteractive "${apt[@]}"
+    else
+        echo "headwise: missing ${packages[*]}, and cannot install them (not root, no sudo" \
+            "without a password). Run:" >&2
+        echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends" \
+            "${packages[*]}" >&2
+        return 1
+    fi
+}
+
+_headwise_cmake_version() {
+    cmake --version | head -n 1 | sed -e 's/^cmake version //'
+}
+
+# CMakePresets.json (version 6, workflow presets) needs CMake 3.25.
+_headwise_check_cmake_version() {
+    local version
+    version="$(_headwise_cmake_version)"
+    if [[ "$(printf '%s\n%s\n' 3.25 "${version%%-*}" | sort -V | head -n 1)" != "3.25" ]]; then
+        echo "headwise: cmake ${version} is too old; the presets need cmake 3.25 or newer" >&2
+        return 1
+    fi
+}
+
+# Run when executed, not when sourced.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    set -euo pipefail
+    headwise_deps
+fi

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// Per-scalar comparison tolerances of the tests, kept in one place.
+#pragma once
+
+/// Relative tolerance of a result computed in T against a reference computed in double: a few
+/// units of T's rounding error, so a wrong formula fails while reordered sums pass.
+template <class T>
+struct Tol;
+
+template <>
+struct Tol<float> {
+    static constexpr double rel = 1e-5;
+};
+
+template <>
+struct Tol<double> {
+    static constexpr double rel = 1e-12;
+};
