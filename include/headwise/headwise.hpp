@@ -2,9 +2,18 @@
 // Umbrella header: everything public in headwise.
 #pragma once
 
+#include "compare.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "gradcheck.hpp"
+#include "io/npy.hpp"
 #include "random.hpp"
 #include "shape.hpp"
 #include "tensor.hpp"
+#include "tensor_ops/concat.hpp"
+#include "tensor_ops/elementwise.hpp"
+#include "tensor_ops/factories.hpp"
+#include "tensor_ops/matmul.hpp"
+#include "tensor_ops/permute.hpp"
+#include "tensor_ops/reduce.hpp"
 #include "version.hpp"

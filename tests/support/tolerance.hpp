@@ -10,9 +10,11 @@ struct Tol;
 template <>
 struct Tol<float> {
     static constexpr double rel = 1e-5;
+    static constexpr double abs = 1e-6;  // floor for values that should be (near) zero
 };
 
 template <>
 struct Tol<double> {
     static constexpr double rel = 1e-12;
+    static constexpr double abs = 1e-14;  // floor for values that should be (near) zero
 };

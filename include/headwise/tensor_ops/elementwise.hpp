@@ -260,10 +260,10 @@ Tensor<detail::scalar_t<X>> broadcast_add(const X& x, const Y& row) {
     detail::check_shape("headwise::broadcast_add", "row", r.shape(), Shape{n});
     const Index rows = n == 0 ? 0 : xv.numel() / n;
     Tensor<T> out(xv.shape());  // [..., n]
-    const MatrixMap<const T> in(xv.data(), rows, n);       // [rows, n]
-    MatrixMap<T> Y(out.data(), rows, n);                   // [rows, n]
+    const MatrixMap<const T> M(xv.data(), rows, n);  // [rows, n]
+    MatrixMap<T> O(out.data(), rows, n);             // [rows, n]
     const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> b(r.data(), n);  // [1, n]
-    Y = in.rowwise() + b;
+    O = M.rowwise() + b;
     return out;
 }
 

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+// Reordering the axes of a tensor into a new contiguous tensor: permute and transpose.
+#pragma once
+
+#include <algorithm>  // std::copy_n
+#include <string>     // std::string, std::to_string
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../detail/axis.hpp"
+#include "../detail/tensor_like.hpp"
+#include "../error.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+namespace headwise {
+
+/// A contiguous copy of `x` whose axis i is axis `axes[i]` of x: out.shape()[i] ==
+/// x.shape()[axes[i]]. `axes` lists every axis of x once; negative axes count from the back.
+/// E.g. permute(x, {0, 2, 1, 3}) turns [B, L, H, D] into [B, H, L, D] (and back).
+/// Works for any element type, bool masks included.
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> permute(const X& x, const std::vector<int>& axes);
+
+/// A contiguous copy of `x` with axes `axis0` and `axis1` swapped; by default the last two, so
+/// transpose(m) of an [r, c] matrix is its [c, r] transpose.
+template <class X, detail::require_tensors<X> = 0>
+Tensor<detail::scalar_t<X>> transpose(const X& x, int axis0 = -2, int axis1 = -1);
+
+// ---- definitions ---------------------------------------------------------------------------
+
+namespace detail {
+
+inline std::string axes_string(const std::vector<int>& axes) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(axes[i]);
+    }
+    return s + "]";
+}
+
+/// Writes the permuted copy of `in` (shape `shape`) to `out`, which must not overlap it.
+/// `axes` is already normalised to [0, rank) and checked to be a permutation.
+template <class T>
+void permute_into(const T* in, const Shape& shape, const int* axes, T* out) {
+    const int rank = shape.rank();
+    const Index numel = shape.numel();
+    if (numel == 0) return;
+    if (rank == 0) {
+        out[0] = in[0];
+        return;
+    }
+    // Row-major strides of the input, then the input stride of each output axis.
+    Index in_stride[Shape::kMaxRank];
+    Index stride = 1;
+    for (int a = rank - 1; a >= 0; --a) {
+        in_stride[a] = stride;
+        stride *= shape[a];
+    }
+    Index out_shape[Shape::kMaxRank];
+    Index src_stride[Shape::kMaxRank];
+    for (int i = 0; i < rank; ++i) {
+        out_shape[i] = shape[axes[i]];
+        src_stride[i] = in_stride[axes[i]];
+    }
+    // Walk the output in order, one row of its last axis at a time, keeping the matching input
+    // offset with an odometer over the leading output axes (no division per element). When the
+    // last axis stays last, as in [B, L, H, D] <-> [B, H, L, D], each row is one contiguous copy.
+    const Index inner = out_shape[rank - 1];
+    const Index inner_stride = src_stride[rank - 1];
+    const Index rows = numel / inner;
+    Index counter[Shape::kMaxRank] = {};
+    Index src = 0;
+    for (Index r = 0; r < rows; ++r) {
+        const T* s = in + src;
+        T* d = out + r * inner;
+        if (inner_stride == 1)
+            std::copy_n(s, inner, d);
+        else
+            for (Index j = 0; j < inner; ++j) d[j] = s[j * inner_stride];
+        for (int a = rank - 2; a >= 0; --a) {
+            src += src_stride[a];
+            if (++counter[a] < out_shape[a]) break;
+            src -= src_stride[a] * out_shape[a];
+            counter[a] = 0;
+        }
+    }
+}
+
+}  // namespace detail
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> permute(const X& x, const std::vector<int>& axes) {
+    using T = detail::scalar_t<X>;
+    const TensorView<const T> in = detail::const_view(x);
+    const int rank = in.rank();
+    // Validate before allocating: every axis in range and listed exactly once.
+    int normalized[Shape::kMaxRank] = {};
+    bool seen[Shape::kMaxRank] = {};
+    bool ok = static_cast<int>(axes.size()) == rank;
+    for (int i = 0; ok && i < rank; ++i) {
+        const int a = axes[static_cast<std::size_t>(i)];
+        const int n = a < 0 ? a + rank : a;
+        ok = n >= 0 && n < rank && !seen[n];
+        if (ok) {
+            seen[n] = true;
+            normalized[i] = n;
+        }
+    }
+    if (!ok)
+        throw_invalid_argument("headwise::permute", "axes",
+                               "must list each of the " + std::to_string(rank) +
+                                   " axes of x (shape " + in.shape().str() + ") once",
+                               detail::axes_string(axes));
+    std::vector<Index> dims(static_cast<std::size_t>(rank));
+    for (int i = 0; i < rank; ++i) dims[static_cast<std::size_t>(i)] = in.shape()[normalized[i]];
+    Tensor<T> out{Shape(dims)};  // [x.shape permuted]
+    detail::permute_into(in.data(), in.shape(), normalized, out.data());
+    return out;
+}
+
+template <class X, detail::require_tensors<X>>
+Tensor<detail::scalar_t<X>> transpose(const X& x, int axis0, int axis1) {
+    const Shape shape = detail::const_view(x).shape();
+    const int a0 = detail::checked_axis("headwise::transpose", "axis0", shape, axis0);
+    const int a1 = detail::checked_axis("headwise::transpose", "axis1", shape, axis1);
+    std::vector<int> axes(static_cast<std::size_t>(shape.rank()));
+    for (int i = 0; i < shape.rank(); ++i) axes[static_cast<std::size_t>(i)] = i;
+    axes[static_cast<std::size_t>(a0)] = a1;
+    axes[static_cast<std::size_t>(a1)] = a0;
+    return permute(x, axes);
+}
+
+}  // namespace headwise

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+// Multi-head attention forward in plain loops and double precision: the oracle for the module.
+#pragma once
+
+#include <cmath>    // std::exp, std::sqrt, std::isinf
+#include <limits>   // std::numeric_limits
+#include <map>      // std::map
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <headwise/tensor.hpp>
+
+namespace headwise::test {
+
+/// Result of reference_mha: output [B, L, E] and per-head weights [B, H, L, S'].
+struct ReferenceAttention {
+    std::vector<double> output;   // [B, L, E]
+    std::vector<double> weights;  // [B, H, L, S']
+    Index Sx = 0;
+};
+
+struct ReferenceMasks {
+    const bool* attn_mask = nullptr;  // [L, S] or [B, H, L, S]
+    bool attn_mask_4d = false;
+    const double* attn_bias = nullptr;  // [L, S] or [B, H, L, S]
+    bool attn_bias_4d = false;
+    const bool* key_padding = nullptr;  // [B, S]
+    bool causal = false;
+};
+
+/// Follows torch.nn.functional.multi_head_attention_forward step by step, with loops:
+/// project, append bias_k/bias_v, append zero attention, scores, masks, softmax (a row with no
+/// visible key is all zero), weighted sum, output projection. `params` holds state_dict() names.
+inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
+                                        Index B, Index L, Index S, Index E, Index H, Index kdim,
+                                        Index vdim, const std::vector<double>& q,
+                                        const std::vector<double>& k, const std::vector<double>& v,
+                                        bool bias, bool bias_kv, bool zero_attn,
+                                        const ReferenceMasks& masks) {
+    const Index D = E / H;
+    const bool packed = params.count("in_proj_weight") > 0;
+    // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [E, in_p].
+    auto w = [&](int p, Index o, Index c) -> double {
+        if (packed) return params.at("in_proj_weight")[static_cast<std::size_t>((p * E + o) * E + c)];
+        const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+        const Index in = p == 0 ? E : (p == 1 ? kdim : vdim);
+        return params.at(names[p])[static_cast<std::size_t>(o * in + c)];
+    };
+    auto b_in = [&](int p, Index o) -> double {
+        return bias ? params.at("in_proj_bias")[static_cast<std::size_t>(p * E + o)] : 0.0;
+    };
+    auto project = [&](int p, const std::vector<double>& x, Index rows, Index in) {
+        std::vector<double> y(static_cast<std::size_t>(B * rows * E));
+        for (Index n = 0; n < B * rows; ++n)
+            for (Index o = 0; o < E; ++o) {
+                double acc = b_in(p, o);
+                for (Index c = 0; c < in; ++c) acc += x[static_cast<std::size_t>(n * in + c)] * w(p, o, c);
+                y[static_cast<std::size_t>(n * E + o)] = acc;
+            }
+        return y;
+    };
+    const std::vector<double> Q = project(0, q, L, E);     // [B, L, E]
+    std::vector<double> K = project(1, k, S, kdim);        // [B, S, E]
+    std::vector<double> V = project(2, v, S, vdim);        // [B, S, E]
+    const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);
+    auto kx = [&](Index b, Index j, Index e) -> double {   // keys after appending
+        if (j < S) return K[static_cast<std::size_t>((b * S + j) * E + e)];
+        if (bias_kv && j == S) return params.at("bias_k")[static_cast<std::size_t>(e)];
+        return 0.0;
+    };
+    auto vx = [&](Index b, Index j, Index e) -> double {
+        if (j < S) return V[static_cast<std::size_t>((b * S + j) * E + e)];
+        if (bias_kv && j == S) return params.at("bias_v")[static_cast<std::size_t>(e)];
+        return 0.0;
+    };
+
+    ReferenceAttention r;
+    r.Sx = Sx;
+    r.weights.assign(static_cast<std::size_t>(B * H * L * Sx), 0.0);
+    std::vector<double> ctx(static_cast<std::size_t>(B * L * E), 0.0);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
+            for (Index i = 0; i < L; ++i) {
+                std::vector<double> s(static_cast<std::size_t>(Sx));
+                double m = -inf;
+                for (Index j = 0; j < Sx; ++j) {
+                    double acc = 0;
+                    for (Index d = 0; d < D; ++d)
+                        acc += Q[static_cast<std::size_t>((b * L + i) * E + h * D + d)] * kx(b, j, h * D + d);
+                    acc *= scale;
+                    if (j < S) {
+                        const Index mi = (masks.attn_mask_4d ? ((b * H + h) * L + i) : i) * S + j;
+                        const Index bi = (masks.attn_bias_4d ? ((b * H + h) * L + i) : i) * S + j;
+                        if (masks.attn_bias) acc += masks.attn_bias[bi];
+                        if (masks.attn_mask && masks.attn_mask[mi]) acc = -inf;
+                        if (masks.key_padding && masks.key_padding[b * S + j]) acc = -inf;
+                        if (masks.causal && j > i) acc = -inf;
+                    }
+                    s[static_cast<std::size_t>(j)] = acc;
+                    if (acc > m) m = acc;
+                }
+                double sum = 0;
+                for (double& x : s) {
+                    x = std::isinf(x) && x < 0 ? 0.0 : std::exp(x - m);
+                    sum += x;
+                }
+                for (Index j = 0; j < Sx; ++j) {
+                    const double p = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
+                    r.weights[static_cast<std::size_t>(((b * H + h) * L + i) * Sx + j)] = p;
+                    for (Index d = 0; d < D; ++d)
+                        ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] += p * vx(b, j, h * D + d);
+                }
+            }
+    r.output.assign(static_cast<std::size_t>(B * L * E), 0.0);
+    const std::vector<double>& wo = params.at("out_proj.weight");
+    for (Index n = 0; n < B * L; ++n)
+        for (Index o = 0; o < E; ++o) {
+            double acc = bias ? params.at("out_proj.bias")[static_cast<std::size_t>(o)] : 0.0;
+            for (Index c = 0; c < E; ++c)
+                acc += ctx[static_cast<std::size_t>(n * E + c)] * wo[static_cast<std::size_t>(o * E + c)];
+            r.output[static_cast<std::size_t>(n * E + o)] = acc;
+        }
+    return r;
+}
+
+}  // namespace headwise::test

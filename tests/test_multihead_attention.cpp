@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention: the reference loops as oracle, the three projections proven identical in
+// outputs and in every gradient, masks, dropout, modes, state dicts and errors.
+#include <headwise/headwise.hpp>
+
+#include <cmath>   // std::isfinite
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include "support/catch.hpp"
+#include "support/match.hpp"
+#include "support/mha_case.hpp"
+#include "support/tolerance.hpp"
+
+using namespace headwise;
+using headwise::test::Inputs;
+using headwise::test::MaskKind;
+using headwise::test::MhaConfig;
+
+namespace {
+
+constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
+                                       Projection::per_head};
+
+/// The grid of shapes, masks and options every equivalence test runs over.
+std::vector<MhaConfig> config_grid() {
+    std::vector<MhaConfig> grid;
+    auto add = [&](MhaConfig c) { grid.push_back(c); };
+    MhaConfig c;
+    add(c);                                                    // self-attention, B=2, E=8, H=2
+    c = MhaConfig{}; c.H = 1; add(c);                           // H = 1
+    c = MhaConfig{}; c.H = 8; add(c);                           // H = E (D = 1)
+    c = MhaConfig{}; c.B = 1; c.L = 1; add(c);                  // B = 1, L = 1
+    c = MhaConfig{}; c.bias = false; add(c);                    // no biases
+    c = MhaConfig{}; c.inputs = Inputs::kv_same; c.S = 5; add(c);     // cross, S != L, K is V
+    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 4; add(c);    // three distinct inputs
+    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 4; c.kdim = 5; c.vdim = 3; add(c);
+    c = MhaConfig{}; c.inputs = Inputs::kv_same; c.S = 4; c.kdim = 6; c.vdim = 6; add(c);
+    c = MhaConfig{}; c.bias_kv = true; add(c);
+    c = MhaConfig{}; c.zero_attn = true; add(c);
+    c = MhaConfig{}; c.bias_kv = true; c.zero_attn = true; c.masks = MaskKind::all; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::bool_ls; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::bias_ls; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::bool_4d; c.average = false; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::bias_4d; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::key_padding; c.inputs = Inputs::distinct; c.S = 5; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::causal; c.L = 4; add(c);
+    c = MhaConfig{}; c.masks = MaskKind::all; c.inputs = Inputs::kv_same; c.S = 4; c.L = 5; add(c);
+    c = MhaConfig{}; c.batched = false; c.L = 4; c.masks = MaskKind::all; add(c);
+    c = MhaConfig{}; c.B = 3; c.L = 6; c.E = 12; c.H = 3; c.need_weights = false; add(c);
+    c = MhaConfig{}; c.E = 16; c.H = 4; c.L = 5; c.average = false; c.bias_kv = true; add(c);
+    return grid;
+}
+
+template <class T>
+AttentionForward<T> run(MultiheadAttention<T>& m, const test::MhaData<T>& d) {
+    return m.forward(d.q, d.key(), d.value(), d.masks);
+}
+
+template <class T>
+Tensor<T> upstream(const Shape& s) {
+    std::mt19937_64 rng(1234);
+    return Tensor<T>::randn(s, rng);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("MultiheadAttention matches the reference loops", "[mha]", float, double) {
+    using T = TestType;
+    for (const MhaConfig& c : config_grid()) {
+        CAPTURE(c.str());
+        const test::MhaData<T> d = test::make_data<T>(c);
+        for (Projection p : kProjections) {
+            CAPTURE(to_string(p));
+            MultiheadAttention<T> m(c.options(p), 42);
+            const AttentionForward<T> f = run(m, d);
+            const test::ReferenceAttention r = test::run_reference(c, m, d);
+            const Tensor<double> expected(f.output.shape(), r.output);
+            HEADWISE_CHECK_CLOSE(f.output, expected, Tol<T>::rel);
+            if (!c.need_weights) {
+                CHECK(f.attn_weights.numel() == 0);
+                continue;
+            }
+            const Index B = c.batched ? c.B : 1;
+            Tensor<double> w(Shape{B, c.H, c.L, r.Sx}, r.weights);
+            if (c.average) {
+                Tensor<double> avg(Shape{B, c.L, r.Sx});
+                for (Index b = 0; b < B; ++b)
+                    for (Index h = 0; h < c.H; ++h)
+                        for (Index i = 0; i < c.L; ++i)
+                            for (Index j = 0; j < r.Sx; ++j)
+                                avg(b, i, j) += w(b, h, i, j) / static_cast<double>(c.H);
+                w = std::move(avg);
+            }
+            if (!c.batched) w = std::move(w).reshape(w.shape().drop_front());
+            HEADWISE_CHECK_CLOSE(f.attn_weights, w, Tol<T>::rel);
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("fused, separate and per_head give identical outputs and gradients", "[mha]",
+                   float, double) {
+    using T = TestType;
+    for (MhaConfig c : config_grid()) {
+        for (double dropout : {0.0, 0.3}) {
+            c.dropout = dropout;
+            CAPTURE(c.str());
+            const test::MhaData<T> d = test::make_data<T>(c);
+            MultiheadAttention<T> fused(c.options(Projection::fused), 42);
+            const AttentionForward<T> f0 = run(fused, d);
+            const Tensor<T> dy = upstream<T>(f0.output.shape());
+            const AttentionGradients<T> g0 = fused.backward(f0, dy);
+            for (Projection p : {Projection::separate, Projection::per_head}) {
+                CAPTURE(to_string(p));
+                MultiheadAttention<T> m(c.options(p), 42);
+                const AttentionForward<T> f = run(m, d);
+                const AttentionGradients<T> g = m.backward(f, dy);
+                HEADWISE_CHECK_CLOSE(f.output, f0.output, Tol<T>::rel);
+                if (c.need_weights) HEADWISE_CHECK_CLOSE(f.attn_weights, f0.attn_weights, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(g.query, g0.query, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(g.key, g0.key, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(g.value, g0.value, Tol<T>::rel);
+                const auto grads0 = fused.grad_dict();
+                const auto grads = m.grad_dict();
+                REQUIRE(grads.size() == grads0.size());
+                for (const auto& [name, grad] : grads0) {
+                    CAPTURE(name);
+                    HEADWISE_CHECK_CLOSE(grads.at(name), grad, Tol<T>::rel);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("fused self-attention gradients per argument sum to the gradient of the shared input",
+          "[mha]") {
+    // One tensor x as query, key and value: d/dx = g.query + g.key + g.value. Checked against
+    // the same call made with three equal but distinct tensors.
+    MhaConfig c;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> a(c.options(Projection::fused), 3);
+    MultiheadAttention<double> b(c.options(Projection::fused), 3);
+    const Tensor<double> k = d.q, v = d.q;  // copies: distinct storage
+    const auto fa = a.forward(d.q, d.q, d.q);
+    const auto fb = b.forward(d.q, k, v);
+    const Tensor<double> dy = upstream<double>(fa.output.shape());
+    const auto ga = a.backward(fa, dy);
+    const auto gb = b.backward(fb, dy);
+    HEADWISE_CHECK_CLOSE(ga.query, gb.query, 1e-13);
+    HEADWISE_CHECK_CLOSE(ga.key, gb.key, 1e-13);
+    HEADWISE_CHECK_CLOSE(ga.value, gb.value, 1e-13);
+}
+
+TEMPLATE_TEST_CASE("a query row with no visible key gives zeros, never NaN", "[mha][mask]", float,
+                   double) {
+    using T = TestType;
+    const auto mask_kind = GENERATE(0, 1, 2, 3);  // attn_mask, key padding, -inf bias, 4-D mask
+    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(mask_kind, to_string(p));
+    MhaConfig c;
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    c.L = 3;
+    test::MhaData<T> d = test::make_data<T>(c);
+    MultiheadAttention<T> m(c.options(p), 5);
+    // Non-zero biases so that "output = out_proj.bias" is a real statement.
+    auto sd = m.state_dict();
+    std::mt19937_64 rng(9);
+    sd["in_proj_bias"] = Tensor<T>::randn(sd["in_proj_bias"].shape(), rng);
+    sd["out_proj.bias"] = Tensor<T>::randn(sd["out_proj.bias"].shape(), rng);
+    m.load_state_dict(sd);
+    // Row 1 of batch 0 (or every row of batch 1 for key padding) sees nothing.
+    if (mask_kind == 0) {
+        d.masks.attn_mask = Tensor<bool>(Shape{c.L, c.S});
+        for (Index j = 0; j < c.S; ++j) d.masks.attn_mask(1, j) = true;
+    } else if (mask_kind == 1) {
+        d.masks.key_padding_mask = Tensor<bool>(Shape{c.B, c.S});
+        for (Index j = 0; j < c.S; ++j) d.masks.key_padding_mask(1, j) = true;
+    } else if (mask_kind == 2) {
+        d.masks.attn_bias = Tensor<T>(Shape{c.L, c.S});
+        for (Index j = 0; j < c.S; ++j) d.masks.attn_bias(1, j) = -std::numeric_limits<T>::infinity();
+    } else {
+        d.masks.attn_mask = Tensor<bool>(Shape{c.B, c.H, c.L, c.S});
+        for (Index h = 0; h < c.H; ++h)
+            for (Index j = 0; j < c.S; ++j) d.masks.attn_mask(0, h, 1, j) = true;
+    }
+    const auto f = run(m, d);
+    const auto g = m.backward(f, upstream<T>(f.output.shape()));
+    auto all_finite = [](const Tensor<T>& t) {
+        for (T x : t)
+            if (!std::isfinite(x)) return false;
+        return true;
+    };
+    CHECK(all_finite(f.output));
+    CHECK(all_finite(f.attn_weights));
+    CHECK(all_finite(g.query));
+    CHECK(all_finite(g.key));
+    CHECK(all_finite(g.value));
+    for (const auto& [name, grad] : m.grad_dict()) {
+        CAPTURE(name);
+        CHECK(all_finite(grad));
+    }
+    const Tensor<T>& bo = sd["out_proj.bias"];
+    auto check_row = [&](Index b, Index i) {
+        for (Index e = 0; e < c.E; ++e) {
+            CHECK(f.output(b, i, e) == bo(e));  // zero attention row: exactly the bias
+            CHECK(g.query(b, i, e) == T(0));    // the query row influenced nothing
+        }
+        for (Index j = 0; j < c.S; ++j) CHECK(f.attn_weights(b, i, j) == T(0));
+    };
+    if (mask_kind == 1) {
+        for (Index i = 0; i < c.L; ++i) check_row(1, i);
+        for (Index j = 0; j < c.S; ++j)
+            for (Index e = 0; e < c.E; ++e) {
+                CHECK(g.key(1, j, e) == T(0));
+                CHECK(g.value(1, j, e) == T(0));
+            }
+    } else {
+        check_row(0, 1);
+    }
+}
+
+TEST_CASE("add_bias_kv and add_zero_attn keep a fully masked row visible to the appended keys",
+          "[mha][mask]") {
+    // As in PyTorch, the appended keys are never masked, so the row is not empty: finite output
+    // that differs from the bias.
+    MhaConfig c;
+    c.bias_kv = true;
+    c.zero_attn = true;
+    test::MhaData<double> d = test::make_data<double>(c);
+    d.masks.attn_mask = Tensor<bool>::full(Shape{c.L, c.L}, true);
+    MultiheadAttention<double> m(c.options(Projection::fused), 1);
+    const auto f = run(m, d);
+    const test::ReferenceAttention r = test::run_reference(c, m, d);
+    HEADWISE_CHECK_CLOSE(f.output, Tensor<double>(f.output.shape(), r.output), 1e-12);
+    CHECK(f.attn_weights(0, 0, c.L) > 0.0);
+}
+
+TEST_CASE("one module runs several forwards before their backwards", "[mha]") {
+    // y = mha(mha(x)): the layer applied twice, backwards in reverse order, must accumulate the
+    // parameter gradients of both applications.
+    MhaConfig c;
+    c.dropout = 0.2;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(to_string(p));
+    MultiheadAttention<double> m(c.options(p), 11);
+    const auto f1 = m.forward(d.q, d.q, d.q);
+    const auto f2 = m.forward(f1.output, f1.output, f1.output);
+    const Tensor<double> dy = upstream<double>(f2.output.shape());
+    const auto g2 = m.backward(f2, dy);
+    Tensor<double> dy1 = g2.query;
+    for (Index i = 0; i < dy1.numel(); ++i) dy1.data()[i] += g2.key.data()[i] + g2.value.data()[i];
+    const auto g1 = m.backward(f1, dy1);
+    const auto total = m.grad_dict();
+
+    // The same by two modules that each see one application (same seed: same dropout masks).
+    MultiheadAttention<double> a(c.options(p), 11), b(c.options(p), 11);
+    const auto fa = a.forward(d.q, d.q, d.q);
+    b.forward(d.q, d.q, d.q);  // advance b's dropout stream past the first call
+    const auto fb = b.forward(fa.output, fa.output, fa.output);
+    const auto gb = b.backward(fb, dy);
+    a.backward(fa, dy1);
+    HEADWISE_CHECK_CLOSE(fb.output, f2.output, 1e-14);
+    for (const auto& [name, grad] : total) {
+        CAPTURE(name);
+        Tensor<double> sum = a.grad_dict().at(name);
+        const Tensor<double> gbn = b.grad_dict().at(name);
+        for (Index i = 0; i < sum.numel(); ++i) sum.data()[i] += gbn.data()[i];
+        HEADWISE_CHECK_CLOSE(grad, sum, 1e-13);
+    }
+    (void)g1;
+}
+
+TEST_CASE("zero_grad clears every gradient; backward adds until then", "[mha]") {
+    MhaConfig c;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> m(c.options(Projection::fused), 2);
+    const auto f = run(m, d);
+    const Tensor<double> dy = upstream<double>(f.output.shape());
+    m.backward(f, dy);
+    const auto once = m.grad_dict();
+    m.backward(f, dy);
+    for (const auto& [name, grad] : m.grad_dict()) {
+        CAPTURE(name);
+        Tensor<double> twice = once.at(name);
+        for (double& x : twice) x *= 2;
+        HEADWISE_CHECK_CLOSE(grad, twice, 1e-15);
+    }
+    m.zero_grad();
+    for (const auto& [name, grad] : m.grad_dict())
+        for (double x : grad) CHECK(x == 0.0);
+}
+
+TEST_CASE("eval mode: no dropout, nothing saved, backward refuses", "[mha]") {
+    MhaConfig c;
+    c.dropout = 0.5;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> m(c.options(Projection::fused), 2);
+    CHECK(m.is_training());
+    const auto train1 = run(m, d);
+    const auto train2 = run(m, d);
+    CHECK(train1.differentiable());
+    CHECK(test::scaled_difference(train1.output, train2.output).rel > 1e-3);  // fresh masks
+    m.eval();
+    const auto e1 = run(m, d);
+    const auto e2 = run(m, d);
+    CHECK_FALSE(e1.differentiable());
+    HEADWISE_CHECK_CLOSE(e1.output, e2.output, 0.0);
+    MhaConfig nodrop = c;
+    nodrop.dropout = 0.0;
+    MultiheadAttention<double> ref(nodrop.options(Projection::fused), 2);
+    HEADWISE_CHECK_CLOSE(e1.output, run(ref, d).output, 1e-15);
+    REQUIRE_THROWS_AS(m.backward(e1, e1.output), std::invalid_argument);
+    REQUIRE_THROWS_WITH(m.backward(e1, e1.output),
+                        "headwise::MultiheadAttention::backward: fwd: holds nothing to "
+                        "differentiate (forward ran in eval mode); call train() before forward");
+    m.train();
+    CHECK(run(m, d).differentiable());
+}
+
+TEST_CASE("dropout is inverted, seeded, and the same under every projection", "[mha][dropout]") {
+    MhaConfig c;
+    c.L = 16;
+    c.dropout = 0.25;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> a(c.options(Projection::fused), 8), b(c.options(Projection::per_head), 8);
+    const auto fa = run(a, d);
+    const auto fb = run(b, d);
+    HEADWISE_CHECK_CLOSE(fa.attn_weights, fb.attn_weights, 1e-15);
+    // Kept weights are scaled by 1 / (1 - p); about p of them are dropped.
+    c.dropout = 0.0;
+    MultiheadAttention<double> plain(c.options(Projection::fused), 8);
+    test::MhaData<double> d2 = d;
+    d2.masks.average_attn_weights = false;
+    c.dropout = 0.25;
+    MultiheadAttention<double> dropped(c.options(Projection::fused), 8);
+    const auto fp = plain.forward(d2.q, d2.q, d2.q, d2.masks);
+    const auto fd = dropped.forward(d2.q, d2.q, d2.q, d2.masks);
+    Index zeros = 0;
+    for (Index i = 0; i < fp.attn_weights.numel(); ++i) {
+        const double w = fd.attn_weights.data()[i];
+        if (w == 0.0) {
+            ++zeros;
+        } else {
+            CHECK_THAT(w, WithinRel(fp.attn_weights.data()[i] / 0.75, 1e-12));
+        }
+    }
+    const double frac = static_cast<double>(zeros) / static_cast<double>(fp.attn_weights.numel());
+    CHECK(frac > 0.2);
+    CHECK(frac < 0.3);
+}
+
+TEST_CASE("an unbatched call equals the batched call with B = 1", "[mha]") {
+    MhaConfig c;
+    c.B = 1;
+    c.masks = MaskKind::all;
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> m(c.options(Projection::per_head), 4);
+    const auto fb = run(m, d);
+    test::MhaData<double> u = d;
+    u.q = Tensor<double>(d.q.view().reshape(d.q.shape().drop_front()));
+    u.k = Tensor<double>(d.k.view().reshape(d.k.shape().drop_front()));
+    u.v = Tensor<double>(d.v.view().reshape(d.v.shape().drop_front()));
+    u.masks.key_padding_mask = Tensor<bool>(d.masks.key_padding_mask.view().reshape(Shape{c.S}));
+    const auto fu = run(m, u);
+    REQUIRE(fu.output.shape() == Shape{c.L, c.E});
+    REQUIRE(fu.attn_weights.shape() == Shape{c.L, c.S});
+    HEADWISE_CHECK_CLOSE(fu.output.view().reshape(fb.output.shape()), fb.output, 0.0);
+    const Tensor<double> dy = upstream<double>(fb.output.shape());
+    const auto gb = m.backward(fb, dy);
+    const auto gu = m.backward(fu, dy.view().reshape(fu.output.shape()));
+    REQUIRE(gu.query.shape() == u.q.shape());
+    REQUIRE(gu.key.shape() == u.k.shape());
+    HEADWISE_CHECK_CLOSE(gu.value.view().reshape(gb.value.shape()), gb.value, 0.0);
+}
+
+TEST_CASE("state_dict uses PyTorch's names and shapes", "[mha][state]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    SECTION("packed in-projection") {
+        MultiheadAttention<float> m(o, 0);
+        const auto sd = m.state_dict();
+        REQUIRE(sd.size() == 4);
+        CHECK(sd.at("in_proj_weight").shape() == Shape{24, 8});
+        CHECK(sd.at("in_proj_bias").shape() == Shape{24});
+        CHECK(sd.at("out_proj.weight").shape() == Shape{8, 8});
+        CHECK(sd.at("out_proj.bias").shape() == Shape{8});
+        CHECK(m.parameter_count() == 4 * 8 * 8 + 4 * 8);
+    }
+    SECTION("kdim and vdim differ from embed_dim, biases off, bias_kv on") {
+        o.kdim = 5;
+        o.vdim = 3;
+        o.bias = false;
+        o.add_bias_kv = true;
+        MultiheadAttention<float> m(o, 0);
+        const auto sd = m.state_dict();
+        REQUIRE(sd.size() == 6);
+        CHECK(sd.at("q_proj_weight").shape() == Shape{8, 8});
+        CHECK(sd.at("k_proj_weight").shape() == Shape{8, 5});
+        CHECK(sd.at("v_proj_weight").shape() == Shape{8, 3});
+        CHECK(sd.at("bias_k").shape() == Shape{1, 1, 8});
+        CHECK(sd.at("bias_v").shape() == Shape{1, 1, 8});
+        CHECK(sd.at("out_proj.weight").shape() == Shape{8, 8});
+        CHECK(m.grad_dict().size() == sd.size());
+        CHECK(m.parameter_count() == 8 * (8 + 5 + 3) + 64 + 16);
+    }
+}
+
+TEST_CASE("the parameter count is the same under every projection", "[mha][state]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 16;
+    o.num_heads = 4;
+    o.add_bias_kv = true;
+    Index count = -1;
+    for (Projection p : kProjections) {
+        o.projection = p;
+        MultiheadAttention<double> m(o, 0);
+        if (count < 0) count = m.parameter_count();
+        CHECK(m.parameter_count() == count);
+        Index from_dict = 0;
+        for (const auto& [name, t] : m.state_dict()) from_dict += t.numel();
+        CHECK(from_dict == count);
+    }
+    CHECK(count == 4 * 16 * 16 + 4 * 16 + 2 * 16);
+}
+
+TEST_CASE("load_state_dict is strict and changes nothing on error", "[mha][state]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    MultiheadAttention<double> m(o, 0);
+    const auto before = m.state_dict();
+    auto sd = before;
+    sd["in_proj_bias"].fill(1.0);
+    SECTION("round trip") {
+        m.load_state_dict(sd);
+        CHECK(m.state_dict().at("in_proj_bias")(3) == 1.0);
+    }
+    SECTION("missing entry") {
+        sd.erase("out_proj.bias");
+        REQUIRE_THROWS_AS(m.load_state_dict(sd), std::invalid_argument);
+        REQUIRE_THROWS_WITH(m.load_state_dict(sd),
+                            "headwise::MultiheadAttention::load_state_dict: state: missing entry "
+                            "'out_proj.bias'");
+    }
+    SECTION("unexpected entry") {
+        sd["q_proj_weight"] = Tensor<double>(Shape{8, 8});
+        REQUIRE_THROWS_WITH(m.load_state_dict(sd),
+                            "headwise::MultiheadAttention::load_state_dict: state: unexpected "
+                            "entry 'q_proj_weight'");
+    }
+    SECTION("wrong shape") {
+        sd["out_proj.weight"] = Tensor<double>(Shape{8, 7});
+        REQUIRE_THROWS_AS(m.load_state_dict(sd), shape_error);
+        REQUIRE_THROWS_WITH(m.load_state_dict(sd),
+                            "headwise::MultiheadAttention::load_state_dict: "
+                            "state['out_proj.weight']: expected shape [8, 8], got [8, 7]");
+    }
+    if (m.state_dict().at("in_proj_bias")(3) != 1.0) {
+        for (const auto& [name, t] : m.state_dict()) HEADWISE_CHECK_CLOSE(t, before.at(name), 0.0);
+    }
+}
+
+TEST_CASE("per-head matrices are views of the packed parameters", "[mha][state]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 12;
+    o.num_heads = 3;
+    o.kdim = 5;
+    o.vdim = 7;
+    MultiheadAttention<double> m(o, 1);
+    const auto sd = m.state_dict();
+    const Index D = 4;
+    for (Index h = 0; h < 3; ++h) {
+        const HeadParameters<double> head = m.head(h);
+        REQUIRE(head.q_weight().shape() == Shape{D, 12});
+        REQUIRE(head.k_weight().shape() == Shape{D, 5});
+        REQUIRE(head.v_weight().shape() == Shape{D, 7});
+        REQUIRE(head.q_bias().shape() == Shape{D});
+        for (Index r = 0; r < D; ++r) {
+            for (Index e = 0; e < 12; ++e) CHECK(head.q_weight()(r, e) == sd.at("q_proj_weight")(h * D + r, e));
+            for (Index e = 0; e < 5; ++e) CHECK(head.k_weight()(r, e) == sd.at("k_proj_weight")(h * D + r, e));
+            for (Index e = 0; e < 7; ++e) CHECK(head.v_weight()(r, e) == sd.at("v_proj_weight")(h * D + r, e));
+            CHECK(head.v_bias()(r) == sd.at("in_proj_bias")(2 * 12 + h * D + r));
+        }
+    }
+    // Views, not copies: a load shows through an existing view.
+    const HeadParameters<double> head1 = m.head(1);
+    auto sd2 = sd;
+    sd2["k_proj_weight"].fill(0.5);
+    m.load_state_dict(sd2);
+    CHECK(head1.k_weight()(2, 3) == 0.5);
+    REQUIRE_THROWS_WITH(m.head(3), "headwise::MultiheadAttention::head: i: must be in [0, 3), got 3");
+}
+
+TEST_CASE("with_projection keeps parameters and gradients", "[mha]") {
+    MhaConfig c;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> m(c.options(Projection::fused), 3);
+    const auto f0 = run(m, d);
+    m.backward(f0, f0.output);
+    const auto grads = m.grad_dict();
+    CHECK(&m.with_projection(Projection::per_head) == &m);
+    CHECK(m.projection() == Projection::per_head);
+    for (const auto& [name, g] : m.grad_dict()) HEADWISE_CHECK_CLOSE(g, grads.at(name), 0.0);
+    HEADWISE_CHECK_CLOSE(run(m, d).output, f0.output, 1e-14);
+    // A backward after switching still differentiates the call as it was computed.
+    m.backward(f0, f0.output);
+}
+
+TEST_CASE("a new module has PyTorch's initial distributions", "[mha][init]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 64;
+    o.num_heads = 4;
+    o.add_bias_kv = true;
+    MultiheadAttention<double> m(o, 123);
+    const auto sd = m.state_dict();
+    auto max_abs = [](const Tensor<double>& t) {
+        double x = 0;
+        for (double v : t) x = std::max(x, std::abs(v));
+        return x;
+    };
+    auto variance = [](const Tensor<double>& t) {
+        double s = 0;
+        for (double v : t) s += v * v;
+        return s / static_cast<double>(t.numel());
+    };
+    // xavier_uniform on [3E, E]: bound sqrt(6 / (E + 3E)); variance bound^2 / 3.
+    const double xb = std::sqrt(6.0 / (64.0 + 192.0));
+    CHECK(max_abs(sd.at("in_proj_weight")) <= xb);
+    CHECK_THAT(variance(sd.at("in_proj_weight")), WithinRel(xb * xb / 3.0, 0.05));
+    // kaiming_uniform(a = sqrt 5) on [E, E]: bound 1 / sqrt(E).
+    const double kb = 1.0 / 8.0;
+    CHECK(max_abs(sd.at("out_proj.weight")) <= kb);
+    CHECK_THAT(variance(sd.at("out_proj.weight")), WithinRel(kb * kb / 3.0, 0.1));
+    CHECK(max_abs(sd.at("in_proj_bias")) == 0.0);
+    CHECK(max_abs(sd.at("out_proj.bias")) == 0.0);
+    // xavier_normal on [1, 1, E]: variance 1 / E.
+    CHECK(max_abs(sd.at("bias_k")) > 0.0);
+    // Same seed, same parameters; another seed, others.
+    MultiheadAttention<double> same(o, 123), other(o, 124);
+    HEADWISE_CHECK_CLOSE(same.state_dict().at("in_proj_weight"), sd.at("in_proj_weight"), 0.0);
+    CHECK(test::scaled_difference(other.state_dict().at("in_proj_weight"), sd.at("in_proj_weight")).rel > 0.1);
+}
