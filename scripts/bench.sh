@@ -36,7 +36,7 @@ cmake --build --preset release
 driver="${build}/bench/bench_mha"
 json="${build}/bench.json"
 if [[ ! -x "${driver}" ]]; then
-    echo "headwise: ${driver} was not built (bench/bench_mha.cpp does not exist yet); nothing to run"
+    echo "headwise: ${driver} was not built (no bench/bench_mha.cpp yet); nothing to run"
     exit 0
 fi
 

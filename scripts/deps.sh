@@ -52,8 +52,11 @@ _headwise_have_command() {
 # from source), when the header and the CMake package file are found under /usr or /usr/local.
 _headwise_have_package() {
     local package="$1" header="$2" config="$3"
-    if _headwise_have_command dpkg-query &&
-        [[ "$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null)" == "install ok installed" ]]; then
+    local status=""
+    if _headwise_have_command dpkg-query; then
+        status="$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null || true)"
+    fi
+    if [[ "${status}" == "install ok installed" ]]; then
         return 0
     fi
     local prefix found_header="" found_config=""

@@ -25,8 +25,8 @@ run_workflow() {
     cmake --workflow --preset "${preset}" 2>&1 | tee "${log}"
     end=$(date +%s)
     # ctest closes with "100% tests passed, 0 tests failed out of 57".
-    line="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "${log}" | tail -n 1 ||
-        true)"
+    line="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "${log}" |
+        tail -n 1 || true)"
     if [[ -z "${line}" ]]; then
         echo "headwise: workflow '${preset}' printed no ctest summary" >&2
         exit 1
@@ -36,7 +36,8 @@ run_workflow() {
     passed=$((total - failed))
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))
-    summary+=("$(printf '  %-5s %4d tests passed in %4d s' "${preset}" "${passed}" $((end - start)))")
+    summary+=("$(printf '  %-5s %4d tests passed in %4d s' \
+        "${preset}" "${passed}" $((end - start)))")
 }
 
 run_workflow dev

@@ -131,8 +131,7 @@ TEMPLATE_TEST_CASE("initialisers are deterministic per seed", "[init]", float, d
     for (Index i = 0; i < a.numel(); ++i) CHECK(a.data()[i] == b.data()[i]);
 }
 
-TEMPLATE_TEST_CASE("kaiming_uniform_ and xavier_uniform_ need rank >= 2", "[init]", float,
-                   double) {
+TEMPLATE_TEST_CASE("kaiming_uniform_ and xavier_uniform_ need rank >= 2", "[init]", float, double) {
     std::mt19937_64 rng(42);
     Tensor<TestType> v(Shape{5});
     CHECK_THROWS_MATCHES(headwise::kaiming_uniform_(v, 0.0, rng), headwise::shape_error,

@@ -49,6 +49,14 @@ bool identical(TensorView<const T> a, TensorView<const T> b) {
     return true;
 }
 
+/// True when every element of `t` equals `value`.
+template <class T>
+bool all_equal(TensorView<const T> t, T value) {
+    for (T v : t)
+        if (v != value) return false;
+    return true;
+}
+
 /// The expected input gradients of y = x W^T + b in double: dx = dy W, dW = dy^T x,
 /// db = sum dy, over the rows of x [..., in] and dy [..., out].
 struct LinearGrads {
@@ -75,9 +83,13 @@ LinearGrads linear_grads_reference(const Tensor<double>& x, const Tensor<double>
 TEMPLATE_TEST_CASE("Linear forward and backward match the reference for rank 1, 2 and 3",
                    "[linear]", float, double) {
     using T = TestType;
-    const auto [B, L, in, out] = GENERATE(table<Index, Index, Index, Index>({
-        // B = 0: rank-1 input [in]; L = 0: rank-2 input [B, in]; else rank 3 [B, L, in]
-        {0, 0, 5, 3}, {0, 0, 1, 1}, {4, 0, 7, 6}, {2, 3, 8, 5}, {3, 5, 33, 17}}));
+    const auto [B, L, in, out] = GENERATE(table<Index, Index, Index, Index>(
+        {// B = 0: rank-1 input [in]; L = 0: rank-2 input [B, in]; else rank 3 [B, L, in]
+         {0, 0, 5, 3},
+         {0, 0, 1, 1},
+         {4, 0, 7, 6},
+         {2, 3, 8, 5},
+         {3, 5, 33, 17}}));
     const bool bias = GENERATE(true, false);
     const Shape x_shape = B == 0 ? Shape{in} : L == 0 ? Shape{B, in} : Shape{B, L, in};
     Shape y_shape = x_shape;
@@ -115,8 +127,10 @@ TEMPLATE_TEST_CASE("Linear gradients accumulate across backwards until zero_grad
     using T = TestType;
     std::mt19937_64 rng(42);
     Linear<T> fc(6, 4, true, rng);
-    const Tensor<T> x1 = Tensor<T>::randn(Shape{3, 6}, rng), x2 = Tensor<T>::randn(Shape{5, 6}, rng);
-    const Tensor<T> dy1 = Tensor<T>::randn(Shape{3, 4}, rng), dy2 = Tensor<T>::randn(Shape{5, 4}, rng);
+    const Tensor<T> x1 = Tensor<T>::randn(Shape{3, 6}, rng),
+                    x2 = Tensor<T>::randn(Shape{5, 6}, rng);
+    const Tensor<T> dy1 = Tensor<T>::randn(Shape{3, 4}, rng),
+                    dy2 = Tensor<T>::randn(Shape{5, 4}, rng);
     const Tensor<double> W = reference::to_double<T>(fc.weight());
 
     CHECK(headwise::max_abs_diff(fc.grad_weight(), Tensor<T>(Shape{4, 6})).max_abs == 0.0);
@@ -133,15 +147,14 @@ TEMPLATE_TEST_CASE("Linear gradients accumulate across backwards until zero_grad
     check_close<T>(fc.grad_bias(), db_sum, 8);
 
     fc.zero_grad();
-    for (T v : fc.grad_weight()) CHECK(v == T(0));
-    for (T v : fc.grad_bias()) CHECK(v == T(0));
+    CHECK(all_equal<T>(fc.grad_weight(), T(0)));
+    CHECK(all_equal<T>(fc.grad_bias(), T(0)));
     fc.backward(x2, dy2);
     check_close<T>(fc.grad_weight(), g2.dW, 5);
     check_close<T>(fc.grad_bias(), g2.db, 5);
 }
 
-TEMPLATE_TEST_CASE("Linear forward_into writes and backward_into adds", "[linear]", float,
-                   double) {
+TEMPLATE_TEST_CASE("Linear forward_into writes and backward_into adds", "[linear]", float, double) {
     using T = TestType;
     std::mt19937_64 rng(42);
     Linear<T> fc(5, 3, true, rng);
@@ -152,8 +165,8 @@ TEMPLATE_TEST_CASE("Linear forward_into writes and backward_into adds", "[linear
     fc.forward_into(x, y);
     CHECK(identical<T>(y, fc.forward(x)));
 
-    const Tensor<T> dx = fc.backward(x, dy);                 // [B, L, in]
-    Tensor<T> dx_acc = Tensor<T>::full(x.shape(), T(1));     // [B, L, in], e.g. a residual's
+    const Tensor<T> dx = fc.backward(x, dy);              // [B, L, in]
+    Tensor<T> dx_acc = Tensor<T>::full(x.shape(), T(1));  // [B, L, in], e.g. a residual's
     fc.backward_into(x, dy, dx_acc);
     Tensor<double> expected = reference::to_double<T>(dx);
     for (double& v : expected) v += 1.0;
@@ -170,7 +183,7 @@ TEMPLATE_TEST_CASE("Linear initialises as PyTorch: U(-1/sqrt(in), 1/sqrt(in)), w
     const std::string why = headwise::testing::uniform_mismatch<T>(fc.weight(), 1.0 / 20.0);
     INFO(why);
     CHECK(why.empty());
-    for (T v : fc.grad_weight()) CHECK(v == T(0));
+    CHECK(all_equal<T>(fc.grad_weight(), T(0)));
 
     // The same numbers as drawing by hand: kaiming_uniform_(a = sqrt(5)), then the bias.
     std::mt19937_64 replay(42);
@@ -180,7 +193,7 @@ TEMPLATE_TEST_CASE("Linear initialises as PyTorch: U(-1/sqrt(in), 1/sqrt(in)), w
     if (bias) {
         headwise::uniform_(b, -1.0 / 20.0, 1.0 / 20.0, replay);
         CHECK(identical<T>(fc.bias(), b));
-        for (T v : fc.grad_bias()) CHECK(v == T(0));
+        CHECK(all_equal<T>(fc.grad_bias(), T(0)));
     }
     CHECK(rng() == replay());  // no other draws
 
@@ -244,8 +257,7 @@ TEMPLATE_TEST_CASE("Linear load_state_dict is strict and changes nothing on erro
     const Tensor<T> W_new = Tensor<T>::randn(Shape{3, 4}, rng);
 
     // Missing bias, with a valid weight that must not be applied.
-    CHECK_THROWS_MATCHES(fc.load_state_dict(StateDict<T>{{"weight", W_new}}),
-                         std::invalid_argument,
+    CHECK_THROWS_MATCHES(fc.load_state_dict(StateDict<T>{{"weight", W_new}}), std::invalid_argument,
                          Message("headwise::Linear::load_state_dict: bias: missing from the "
                                  "state dict, expected shape [3]"));
     // Mis-shaped entry.
@@ -254,7 +266,8 @@ TEMPLATE_TEST_CASE("Linear load_state_dict is strict and changes nothing on erro
         headwise::shape_error,
         Message("headwise::Linear::load_state_dict: bias: expected shape [3], got [4]"));
     CHECK_THROWS_MATCHES(
-        fc.load_state_dict(StateDict<T>{{"weight", Tensor<T>(Shape{4, 3})}, {"bias", before.at("bias")}}),
+        fc.load_state_dict(
+            StateDict<T>{{"weight", Tensor<T>(Shape{4, 3})}, {"bias", before.at("bias")}}),
         headwise::shape_error,
         Message("headwise::Linear::load_state_dict: weight: expected shape [3, 4], got [4, 3]"));
     // Unexpected entry.
@@ -305,10 +318,10 @@ TEMPLATE_TEST_CASE("Linear rejects bad shapes before any state changes", "[linea
     CHECK_THROWS_MATCHES(fc.backward_into(x, dy, dx_bad), headwise::shape_error,
                          Message("headwise::Linear::backward_into: grad_input: expected shape "
                                  "[2, 5], got [2, 3]"));
-    for (T v : dx_bad) CHECK(v == T(0));
+    CHECK(all_equal<T>(dx_bad, T(0)));
     // None of the failed backwards touched the gradients.
-    for (T v : fc.grad_weight()) CHECK(v == T(0));
-    for (T v : fc.grad_bias()) CHECK(v == T(0));
+    CHECK(all_equal<T>(fc.grad_weight(), T(0)));
+    CHECK(all_equal<T>(fc.grad_bias(), T(0)));
 }
 
 TEST_CASE("Linear rejects non-positive sizes", "[linear]") {
@@ -322,7 +335,8 @@ TEST_CASE("Linear rejects non-positive sizes", "[linear]") {
 
 TEST_CASE("Linear passes a central-difference gradient check over x, weight and bias",
           "[linear][gradcheck]") {
-    const auto [rows, in, out] = GENERATE(table<Index, Index, Index>({{1, 1, 1}, {3, 4, 5}, {6, 7, 2}}));
+    const auto [rows, in, out] =
+        GENERATE(table<Index, Index, Index>({{1, 1, 1}, {3, 4, 5}, {6, 7, 2}}));
     CAPTURE(rows, in, out);
     std::mt19937_64 rng(42);
     Linear<double> fc(in, out, true, rng);

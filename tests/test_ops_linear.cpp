@@ -5,9 +5,9 @@
 #include <headwise/compare.hpp>
 #include <headwise/gradcheck.hpp>
 
-#include <cmath>      // std::sqrt
-#include <random>     // std::mt19937_64
-#include <vector>     // std::vector
+#include <cmath>   // std::sqrt
+#include <random>  // std::mt19937_64
+#include <vector>  // std::vector
 
 #include "support/catch.hpp"
 #include "support/reference.hpp"
@@ -75,21 +75,21 @@ TEMPLATE_TEST_CASE("ConstMatrixRef and MatrixRef bind to tensors and column bloc
 
 TEMPLATE_TEST_CASE("linear_forward matches the reference", "[ops][linear]", float, double) {
     using T = TestType;
-    const auto [N, in, out] = GENERATE(table<Index, Index, Index>({
-        {1, 1, 1}, {3, 5, 4}, {7, 16, 9}, {64, 33, 17}, {5, 128, 96}, {0, 4, 3}}));
+    const auto [N, in, out] = GENERATE(table<Index, Index, Index>(
+        {{1, 1, 1}, {3, 5, 4}, {7, 16, 9}, {64, 33, 17}, {5, 128, 96}, {0, 4, 3}}));
     const bool bias = GENERATE(true, false);
     CAPTURE(N, in, out, bias);
     std::mt19937_64 rng(42);
-    const Tensor<T> X = Tensor<T>::randn(Shape{N, in}, rng);   // [N, in]
+    const Tensor<T> X = Tensor<T>::randn(Shape{N, in}, rng);    // [N, in]
     const Tensor<T> W = Tensor<T>::randn(Shape{out, in}, rng);  // [out, in]
     const Tensor<T> b = Tensor<T>::randn(Shape{out}, rng);      // [out]
     Tensor<T> Y = Tensor<T>::full(Shape{N, out}, T(123));       // [N, out], overwritten
 
     ops::linear_forward<T>(X.matrix(), W.matrix(), bias ? b.data() : nullptr, Y.matrix());
 
-    const Tensor<double> expected = reference::linear(
-        reference::to_double<T>(X), reference::to_double<T>(W),
-        bias ? reference::to_double<T>(b) : Tensor<double>());
+    const Tensor<double> expected =
+        reference::linear(reference::to_double<T>(X), reference::to_double<T>(W),
+                          bias ? reference::to_double<T>(b) : Tensor<double>());
     check_close<T>(Y, expected, dot_tolerance<T>(in));
 }
 
@@ -99,11 +99,11 @@ TEMPLATE_TEST_CASE("linear_forward reads and writes strided column blocks in pla
     // The layout of attention heads: X, W and Y are column blocks of wider row-major matrices.
     const Index N = 6, in = 5, out = 4;
     std::mt19937_64 rng(42);
-    const Tensor<T> X_wide = Tensor<T>::randn(Shape{N, in + 3}, rng);   // [N, in + 3]
+    const Tensor<T> X_wide = Tensor<T>::randn(Shape{N, in + 3}, rng);    // [N, in + 3]
     const Tensor<T> W_wide = Tensor<T>::randn(Shape{out, in + 2}, rng);  // [out, in + 2]
     const Tensor<T> b = Tensor<T>::randn(Shape{out}, rng);               // [out]
     const T fill = T(-7);
-    Tensor<T> Y_wide = Tensor<T>::full(Shape{N, out + 5}, fill);         // [N, out + 5]
+    Tensor<T> Y_wide = Tensor<T>::full(Shape{N, out + 5}, fill);  // [N, out + 5]
 
     ops::linear_forward<T>(X_wide.column_block(2, in), W_wide.column_block(1, in), b.data(),
                            Y_wide.column_block(3, out));
@@ -116,18 +116,18 @@ TEMPLATE_TEST_CASE("linear_forward reads and writes strided column blocks in pla
     CHECK(outside_block_is(Y_wide, 3, out, fill));
 }
 
-TEMPLATE_TEST_CASE("linear_backward accumulates dX, dW and db onto what is there",
-                   "[ops][linear]", float, double) {
+TEMPLATE_TEST_CASE("linear_backward accumulates dX, dW and db onto what is there", "[ops][linear]",
+                   float, double) {
     using T = TestType;
-    const auto [N, in, out] = GENERATE(table<Index, Index, Index>({
-        {1, 1, 1}, {3, 5, 4}, {7, 16, 9}, {64, 33, 17}, {0, 4, 3}}));
+    const auto [N, in, out] = GENERATE(
+        table<Index, Index, Index>({{1, 1, 1}, {3, 5, 4}, {7, 16, 9}, {64, 33, 17}, {0, 4, 3}}));
     CAPTURE(N, in, out);
     std::mt19937_64 rng(42);
     const Tensor<T> X = Tensor<T>::randn(Shape{N, in}, rng);    // [N, in]
-    const Tensor<T> W = Tensor<T>::randn(Shape{out, in}, rng);   // [out, in]
-    const Tensor<T> dY = Tensor<T>::randn(Shape{N, out}, rng);   // [N, out]
+    const Tensor<T> W = Tensor<T>::randn(Shape{out, in}, rng);  // [out, in]
+    const Tensor<T> dY = Tensor<T>::randn(Shape{N, out}, rng);  // [N, out]
     // Non-zero starting gradients: the kernels must add, not overwrite.
-    const Tensor<T> dX0 = Tensor<T>::randn(Shape{N, in}, rng);   // [N, in]
+    const Tensor<T> dX0 = Tensor<T>::randn(Shape{N, in}, rng);    // [N, in]
     const Tensor<T> dW0 = Tensor<T>::randn(Shape{out, in}, rng);  // [out, in]
     const Tensor<T> db0 = Tensor<T>::randn(Shape{out}, rng);      // [out]
     Tensor<T> dX = dX0, dW = dW0, db = db0;
@@ -176,12 +176,12 @@ TEMPLATE_TEST_CASE("linear_backward on strided column blocks touches only the bl
     const Index N = 5, in = 4, out = 3;
     std::mt19937_64 rng(42);
     const Tensor<T> X_wide = Tensor<T>::randn(Shape{N, in + 4}, rng);    // [N, in + 4]
-    const Tensor<T> W_wide = Tensor<T>::randn(Shape{out, in + 1}, rng);   // [out, in + 1]
-    const Tensor<T> dY_wide = Tensor<T>::randn(Shape{N, out + 2}, rng);   // [N, out + 2]
+    const Tensor<T> W_wide = Tensor<T>::randn(Shape{out, in + 1}, rng);  // [out, in + 1]
+    const Tensor<T> dY_wide = Tensor<T>::randn(Shape{N, out + 2}, rng);  // [N, out + 2]
     const T fill = T(0.5);
-    Tensor<T> dX_wide = Tensor<T>::full(Shape{N, in + 3}, fill);          // [N, in + 3]
-    Tensor<T> dW_wide = Tensor<T>::full(Shape{out, in + 2}, fill);        // [out, in + 2]
-    Tensor<T> db(Shape{out});                                             // [out]
+    Tensor<T> dX_wide = Tensor<T>::full(Shape{N, in + 3}, fill);    // [N, in + 3]
+    Tensor<T> dW_wide = Tensor<T>::full(Shape{out, in + 2}, fill);  // [out, in + 2]
+    Tensor<T> db(Shape{out});                                       // [out]
 
     ops::linear_backward<T>(X_wide.column_block(1, in), W_wide.column_block(0, in),
                             dY_wide.column_block(2, out), dX_wide.column_block(3, in),
@@ -209,15 +209,16 @@ TEMPLATE_TEST_CASE("linear_backward on strided column blocks touches only the bl
 
 TEST_CASE("linear kernels pass a central-difference gradient check over X, W and b",
           "[ops][linear][gradcheck]") {
-    const auto [N, in, out] = GENERATE(table<Index, Index, Index>({{1, 1, 1}, {3, 5, 4}, {6, 7, 2}}));
+    const auto [N, in, out] =
+        GENERATE(table<Index, Index, Index>({{1, 1, 1}, {3, 5, 4}, {6, 7, 2}}));
     CAPTURE(N, in, out);
     std::mt19937_64 rng(42);
     const std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{N, in}, rng),
                                              Tensor<double>::randn(Shape{out, in}, rng),
                                              Tensor<double>::randn(Shape{out}, rng)};
     const headwise::GradFunction forward = [](const std::vector<Tensor<double>>& x) {
-        const Tensor<double>& X = x[0];  // [N, in]
-        const Tensor<double>& W = x[1];  // [out, in]
+        const Tensor<double>& X = x[0];                 // [N, in]
+        const Tensor<double>& W = x[1];                 // [out, in]
         Tensor<double> Y(Shape{X.size(0), W.size(0)});  // [N, out]
         ops::linear_forward<double>(X.matrix(), W.matrix(), x[2].data(), Y.matrix());
         return Y;
@@ -227,8 +228,8 @@ TEST_CASE("linear kernels pass a central-difference gradient check over X, W and
         std::vector<Tensor<double>> grads{Tensor<double>(x[0].shape()),
                                           Tensor<double>(x[1].shape()),
                                           Tensor<double>(x[2].shape())};
-        ops::linear_backward<double>(x[0].matrix(), x[1].matrix(), dY.matrix(),
-                                     grads[0].matrix(), grads[1].matrix(), grads[2].data());
+        ops::linear_backward<double>(x[0].matrix(), x[1].matrix(), dY.matrix(), grads[0].matrix(),
+                                     grads[1].matrix(), grads[2].data());
         return grads;
     };
     const headwise::GradcheckResult result = headwise::gradcheck(forward, backward, inputs, rng);
@@ -238,8 +239,8 @@ TEST_CASE("linear kernels pass a central-difference gradient check over X, W and
     CHECK(result.checked == N * in + out * in + out);
 }
 
-TEMPLATE_TEST_CASE("linear kernels reject mismatched shapes before writing", "[ops][linear]",
-                   float, double) {
+TEMPLATE_TEST_CASE("linear kernels reject mismatched shapes before writing", "[ops][linear]", float,
+                   double) {
     using T = TestType;
     const Tensor<T> X(Shape{2, 5}), W(Shape{4, 5}), W_bad(Shape{4, 6}), dY(Shape{2, 4}),
         dY_bad(Shape{2, 3});
@@ -255,8 +256,8 @@ TEMPLATE_TEST_CASE("linear kernels reject mismatched shapes before writing", "[o
 
     // A bad dW must be reported before dX is touched.
     Tensor<T> dX = Tensor<T>::full(Shape{2, 5}, T(1)), dW(Shape{4, 5}), dW_bad(Shape{5, 4});
-    CHECK_THROWS_MATCHES(ops::linear_backward<T>(X.matrix(), W.matrix(), dY.matrix(),
-                                                 dX.matrix(), dW_bad.matrix(), nullptr),
+    CHECK_THROWS_MATCHES(ops::linear_backward<T>(X.matrix(), W.matrix(), dY.matrix(), dX.matrix(),
+                                                 dW_bad.matrix(), nullptr),
                          headwise::shape_error,
                          Message("headwise::ops::linear_backward: dW: expected shape [4, 5], got "
                                  "[5, 4]"));

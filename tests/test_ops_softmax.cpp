@@ -59,13 +59,18 @@ Tensor<T> copy_block(const Block& M) {
 TEMPLATE_TEST_CASE("softmax_forward matches the reference, in place too", "[ops][softmax]", float,
                    double) {
     using T = TestType;
-    const auto [R, C, p_masked] = GENERATE(table<Index, Index, double>({
-        {1, 1, 0.0}, {3, 5, 0.0}, {8, 33, 0.0}, {17, 64, 0.0}, {8, 33, 0.3}, {17, 64, 0.6},
-        {0, 4, 0.0}, {3, 0, 0.0}}));
+    const auto [R, C, p_masked] = GENERATE(table<Index, Index, double>({{1, 1, 0.0},
+                                                                        {3, 5, 0.0},
+                                                                        {8, 33, 0.0},
+                                                                        {17, 64, 0.0},
+                                                                        {8, 33, 0.3},
+                                                                        {17, 64, 0.6},
+                                                                        {0, 4, 0.0},
+                                                                        {3, 0, 0.0}}));
     CAPTURE(R, C, p_masked);
     std::mt19937_64 rng(42);
     const Tensor<T> S = random_scores<T>(Shape{R, C}, p_masked, rng);  // [R, C]
-    Tensor<T> P = Tensor<T>::full(Shape{R, C}, T(9));                   // [R, C], overwritten
+    Tensor<T> P = Tensor<T>::full(Shape{R, C}, T(9));                  // [R, C], overwritten
 
     ops::softmax_forward<T>(S.matrix(), P.matrix());
 
@@ -135,14 +140,15 @@ TEMPLATE_TEST_CASE("softmax_forward works on strided column blocks", "[ops][soft
     const Index R = 5, C = 6;
     std::mt19937_64 rng(42);
     const Tensor<T> S_wide = random_scores<T>(Shape{R, C + 3}, 0.2, rng);  // [R, C + 3]
-    Tensor<T> P_wide = Tensor<T>::full(Shape{R, C + 2}, T(-1));           // [R, C + 2]
+    Tensor<T> P_wide = Tensor<T>::full(Shape{R, C + 2}, T(-1));            // [R, C + 2]
     ops::softmax_forward<T>(S_wide.column_block(1, C), P_wide.column_block(2, C));
 
     // Against the contiguous path, up to rounding: alignment changes which entries Eigen
     // handles in SIMD packets and which in the scalar tail.
     Tensor<T> P(Shape{R, C});  // [R, C]
     ops::softmax_forward<T>(copy_block<T>(S_wide.column_block(1, C)).matrix(), P.matrix());
-    const headwise::Difference d = headwise::max_abs_diff(copy_block<T>(P_wide.column_block(2, C)), P);
+    const headwise::Difference d =
+        headwise::max_abs_diff(copy_block<T>(P_wide.column_block(2, C)), P);
     INFO(d);
     CHECK(d.max_abs <= 4 * Tol<T>::rel);
     for (Index i = 0; i < R; ++i) {
@@ -151,11 +157,11 @@ TEMPLATE_TEST_CASE("softmax_forward works on strided column blocks", "[ops][soft
     }
 }
 
-TEMPLATE_TEST_CASE("softmax_backward matches the reference and writes its output",
-                   "[ops][softmax]", float, double) {
+TEMPLATE_TEST_CASE("softmax_backward matches the reference and writes its output", "[ops][softmax]",
+                   float, double) {
     using T = TestType;
-    const auto [R, C, p_masked] = GENERATE(table<Index, Index, double>({
-        {1, 1, 0.0}, {3, 5, 0.0}, {8, 33, 0.0}, {17, 64, 0.3}, {0, 4, 0.0}}));
+    const auto [R, C, p_masked] = GENERATE(table<Index, Index, double>(
+        {{1, 1, 0.0}, {3, 5, 0.0}, {8, 33, 0.0}, {17, 64, 0.3}, {0, 4, 0.0}}));
     CAPTURE(R, C, p_masked);
     std::mt19937_64 rng(42);
     const Tensor<T> S = random_scores<T>(Shape{R, C}, p_masked, rng);  // [R, C]
@@ -227,8 +233,7 @@ TEMPLATE_TEST_CASE("softmax kernels reject mismatched shapes", "[ops][softmax]",
     using T = TestType;
     const Tensor<T> S(Shape{2, 3}), dP_bad(Shape{3, 2});
     Tensor<T> P_bad(Shape{2, 4}), dS(Shape{2, 3}), dS_bad(Shape{1, 3});
-    CHECK_THROWS_MATCHES(ops::softmax_forward<T>(S.matrix(), P_bad.matrix()),
-                         headwise::shape_error,
+    CHECK_THROWS_MATCHES(ops::softmax_forward<T>(S.matrix(), P_bad.matrix()), headwise::shape_error,
                          Message("headwise::ops::softmax_forward: P: expected shape [2, 3], got "
                                  "[2, 4]"));
     CHECK_THROWS_MATCHES(ops::softmax_backward<T>(S.matrix(), dP_bad.matrix(), dS.matrix()),

@@ -2,7 +2,7 @@
 // Comparing tensors: allclose, and max_abs_diff saying how far apart two tensors are and where.
 #pragma once
 
-#include <cmath>    // std::abs, std::isnan
+#include <cmath>    // std::abs, std::isnan, std::isinf
 #include <ostream>  // std::ostream
 #include <string>   // std::string, std::to_string
 
@@ -103,7 +103,9 @@ bool allclose(const X& a, const Y& b, double rtol, double atol) {
         const double x = static_cast<double>(A[i]);
         const double y = static_cast<double>(B[i]);
         if (x == y) continue;  // also equal infinities
-        // Written so that a NaN anywhere makes the comparison false.
+        // An infinity equals only itself (rtol * inf would excuse any difference). The negated
+        // test makes a NaN anywhere fail.
+        if (std::isinf(x) || std::isinf(y)) return false;
         if (!(std::abs(x - y) <= atol + rtol * std::abs(y))) return false;
     }
     return true;

@@ -77,7 +77,8 @@ inline std::vector<Index> unravel(const Shape& shape, Index flat) {
 /// Row-major flat index of `index` in `shape`.
 inline Index ravel(const Shape& shape, const std::vector<Index>& index) {
     Index flat = 0;
-    for (int a = 0; a < shape.rank(); ++a) flat = flat * shape[a] + index[static_cast<std::size_t>(a)];
+    for (int a = 0; a < shape.rank(); ++a)
+        flat = flat * shape[a] + index[static_cast<std::size_t>(a)];
     return flat;
 }
 

@@ -33,9 +33,9 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P);
 template <class T>
 void softmax_forward(MatrixRef<T> S);
 
-/// dS[R, C] = P ∘ (dP - rowsum(dP ∘ P)), i.e. dS[i, j] = P[i, j] (dP[i, j] - sum_k dP[i, k] P[i, k]),
-/// from forward's output P[R, C] and the gradient dP[R, C] of the loss with respect to P. Written,
-/// not accumulated; dS may be the same matrix as dP.
+/// dS[i, j] = P[i, j] (dP[i, j] - sum_k dP[i, k] P[i, k]) for P[R, C], forward's output, and
+/// dP[R, C], the gradient of the loss with respect to P. Written, not accumulated; dS may be the
+/// same matrix as dP.
 template <class T>
 void softmax_backward(ConstMatrixRef<T> P, ConstMatrixRef<T> dP, MatrixRef<T> dS);
 

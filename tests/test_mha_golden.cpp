@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention against torch.nn.MultiheadAttention 1.13: outputs, weights and gradients of
+// every case in tests/golden/mha (written by tests/golden/make_mha_golden.py), every projection.
+#include <headwise/io/npy.hpp>
+#include <headwise/layers/multihead_attention.hpp>
+
+#include <algorithm>   // std::max
+#include <cmath>       // std::fabs, std::isfinite
+#include <filesystem>  // std::filesystem::directory_iterator
+#include <limits>      // std::numeric_limits
+#include <map>         // std::map
+#include <set>         // std::set
+#include <sstream>     // std::ostringstream
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include "support/catch.hpp"
+#include "support/golden.hpp"
+
+using headwise::Index;
+using headwise::Projection;
+using headwise::Shape;
+using headwise::Tensor;
+using headwise::TensorView;
+using headwise::test::GoldenCase;
+
+namespace {
+
+// Largest |headwise - PyTorch| over a tensor, relative to the tensor's largest |PyTorch| value.
+// PyTorch computed in float64, so in double only rounding separates the two; float carries its
+// own rounding (about 6e-8 per operation) through a few dozen operations.
+constexpr double kToleranceDouble = 1e-10;
+constexpr double kToleranceFloat = 1e-4;
+
+template <class T>
+Tensor<T> cast(const Tensor<double>& t) {
+    Tensor<T> out(t.shape());
+    for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<T>(t.data()[i]);
+    return out;
+}
+
+/// "[1, 0, 3]": the multi-index of a flat row-major position.
+std::string unravel(Index flat, const Shape& shape) {
+    std::vector<Index> index(static_cast<std::size_t>(shape.rank()));
+    for (int a = shape.rank(); a-- > 0;) {
+        index[static_cast<std::size_t>(a)] = flat % shape[a];
+        flat /= shape[a];
+    }
+    return Shape(index).str();
+}
+
+struct Difference {
+    double max_abs = 0.0;   // largest |actual - expected|
+    double scale = 0.0;     // largest |expected|
+    Index where = -1;       // flat index of max_abs
+    double actual = 0.0, expected = 0.0;
+
+    /// max_abs / scale; max_abs itself for an all-zero expectation (e.g. a query gradient that
+    /// vanishes because a single key takes all the attention).
+    double relative() const { return scale > 0.0 ? max_abs / scale : max_abs; }
+};
+
+template <class T>
+Difference difference(TensorView<const T> actual, const Tensor<double>& expected) {
+    Difference d;
+    for (Index i = 0; i < expected.numel(); ++i) {
+        const double a = static_cast<double>(actual.data()[i]);
+        const double e = expected.data()[i];
+        d.scale = std::max(d.scale, std::fabs(e));
+        const double diff = std::isfinite(a) ? std::fabs(a - e)
+                                             : std::numeric_limits<double>::infinity();
+        if (d.where < 0 || diff > d.max_abs) {
+            d.max_abs = diff;
+            d.where = i;
+            d.actual = a;
+            d.expected = e;
+        }
+    }
+    return d;
+}
+
+/// Checks one tensor against PyTorch's, telling where the largest difference is on failure.
+template <class T>
+void check_close(const std::string& name, TensorView<const T> actual,
+                 const Tensor<double>& expected, double tolerance) {
+    INFO("tensor " << name << ": headwise shape " << actual.shape() << ", PyTorch shape "
+                   << expected.shape());
+    CHECK(actual.shape() == expected.shape());
+    if (actual.shape() != expected.shape()) return;
+    const Difference d = difference(actual, expected);
+    std::ostringstream where;
+    where.precision(17);
+    where << "largest |difference| " << d.max_abs << " at " << unravel(d.where, expected.shape())
+          << ": headwise " << d.actual << ", PyTorch " << d.expected << "; max |PyTorch| "
+          << d.scale;
+    INFO(where.str());
+    CHECK(d.relative() <= tolerance);
+}
+
+template <class T>
+headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = c.meta_int("embed_dim");
+    opt.num_heads = c.meta_int("num_heads");
+    opt.projection = projection;
+    opt.bias = c.flag("bias");
+    opt.kdim = c.meta_int("kdim");
+    opt.vdim = c.meta_int("vdim");
+    opt.add_bias_kv = c.flag("add_bias_kv");
+    opt.add_zero_attn = c.flag("add_zero_attn");
+    opt.dropout = 0.0;
+    return opt;
+}
+
+template <class T>
+std::map<std::string, Tensor<T>> cast_dict(const std::map<std::string, Tensor<double>>& sd) {
+    std::map<std::string, Tensor<T>> out;
+    for (const auto& [key, tensor] : sd) out.emplace(key, cast<T>(tensor));
+    return out;
+}
+
+template <class Map>
+std::set<std::string> keys_of(const Map& map) {
+    std::set<std::string> keys;
+    for (const auto& entry : map) keys.insert(entry.first);
+    return keys;
+}
+
+/// Runs one golden case through a fresh module with the given projection, in training mode with
+/// dropout 0 (so forward keeps what backward needs), and compares everything PyTorch saved.
+template <class T>
+void check_case(const GoldenCase& c, Projection projection, double tolerance) {
+    headwise::MultiheadAttention<T> mha(options_of<T>(c, projection), /*seed=*/1);
+    mha.load_state_dict(cast_dict<T>(c.state_dict()));
+
+    headwise::AttentionMasks<T> m;
+    if (c.masks.count("attn_mask")) m.attn_mask = c.mask("attn_mask");
+    if (c.tensors.count("attn_bias")) m.attn_bias = cast<T>(c.tensor("attn_bias"));
+    if (c.masks.count("key_padding_mask")) m.key_padding_mask = c.mask("key_padding_mask");
+    m.is_causal = c.flag("is_causal");
+    m.need_weights = c.flag("need_weights");
+    m.average_attn_weights = c.flag("average_attn_weights");
+
+    const Tensor<T> query = cast<T>(c.tensor("query"));
+    const Tensor<T> key = cast<T>(c.tensor("key"));
+    const Tensor<T> value = cast<T>(c.tensor("value"));
+    // Pass one tensor several times where PyTorch was given one: that selects the packed paths.
+    const Tensor<T>& k = c.flag("self_attention") ? query : key;
+    const Tensor<T>& v = c.flag("self_attention") ? query : c.flag("kv_same") ? key : value;
+
+    const auto fwd = mha.forward(query, k, v, m);
+    check_close<T>("output", fwd.output, c.tensor("output"), tolerance);
+    if (m.need_weights) {
+        check_close<T>("attn_weights", fwd.attn_weights, c.tensor("attn_weights"), tolerance);
+    } else {
+        CHECK(fwd.attn_weights.numel() == 0);
+    }
+
+    const auto g = mha.backward(fwd, cast<T>(c.tensor("grad_output")));
+    check_close<T>("grad query", g.query, c.tensor("grad_query"), tolerance);
+    check_close<T>("grad key", g.key, c.tensor("grad_key"), tolerance);
+    check_close<T>("grad value", g.value, c.tensor("grad_value"), tolerance);
+
+    const auto grads = mha.grad_dict();
+    CHECK(keys_of(grads) == keys_of(c.grads));
+    for (const auto& [name, expected] : c.grads) {
+        const auto it = grads.find(name);
+        if (it != grads.end()) check_close<T>("grad/" + name, it->second, expected, tolerance);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("golden cases exist and are complete", "[mha][golden]") {
+    const std::vector<std::string> names = headwise::test::golden_case_names();
+    REQUIRE(names.size() >= 20);
+    for (const std::string& name : names) {
+        CAPTURE(name);
+        const GoldenCase c = headwise::test::load_golden_case(name);
+        for (const char* t : {"query", "key", "value", "grad_output", "output", "grad_query",
+                              "grad_key", "grad_value"})
+            CHECK(c.tensors.count(t) == 1);
+        CHECK(c.tensors.count("attn_weights") == static_cast<std::size_t>(c.flag("need_weights")));
+        CHECK_FALSE(c.grads.empty());
+        // The causal mask is only ever described by is_causal, never by a file.
+        if (c.flag("is_causal")) CHECK(c.masks.count("attn_mask") == 0);
+    }
+}
+
+TEST_CASE("MultiheadAttention<double> reproduces PyTorch 1.13 on every golden case",
+          "[mha][golden]") {
+    const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
+    const Projection projection =
+        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(name, headwise::to_string(projection));
+    check_case<double>(headwise::test::load_golden_case(name), projection, kToleranceDouble);
+}
+
+TEST_CASE("MultiheadAttention<float> reproduces PyTorch 1.13 within float rounding",
+          "[mha][golden]") {
+    const std::string name =
+        GENERATE(as<std::string>{}, "self_basic", "kdim_vdim", "bias_kv_zero_attn_padding",
+                 "attn_mask_bias_padding", "causal_cross_padding", "unbatched_cross_padding",
+                 "larger_self_padding_bias");
+    const Projection projection =
+        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(name, headwise::to_string(projection));
+    check_case<float>(headwise::test::load_golden_case(name), projection, kToleranceFloat);
+}
+
+TEST_CASE("golden state dicts load and save under PyTorch's names and shapes", "[mha][golden]") {
+    const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
+    CAPTURE(name);
+    const GoldenCase c = headwise::test::load_golden_case(name);
+    const auto expected = c.state_dict();
+
+    headwise::MultiheadAttention<double> mha(options_of<double>(c, Projection::fused), 1);
+    // Before loading, the module already has exactly PyTorch's entries and shapes.
+    const auto initial = mha.state_dict();
+    REQUIRE(keys_of(initial) == keys_of(expected));
+    for (const auto& [key, tensor] : expected) {
+        CAPTURE(key);
+        CHECK(initial.at(key).shape() == tensor.shape());
+    }
+
+    mha.load_state_dict(expected);
+    headwise::test::ScratchDir dir("test_mha_golden-" + name);
+    headwise::save_npy_dict(dir.path().string(), mha.state_dict());
+
+    // The saved directory holds the same file names as the fixture's parameter files...
+    std::set<std::string> saved_files, fixture_files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+        saved_files.insert(entry.path().filename().string());
+    for (const auto& entry : std::filesystem::directory_iterator(c.dir / "grad"))
+        fixture_files.insert(entry.path().filename().string());
+    CHECK(saved_files == fixture_files);
+
+    // ...with the same values, bit for bit.
+    const auto reloaded = headwise::load_npy_dict<double>(dir.path().string());
+    REQUIRE(keys_of(reloaded) == keys_of(expected));
+    for (const auto& [key, tensor] : expected) {
+        CAPTURE(key);
+        const Tensor<double>& back = reloaded.at(key);
+        REQUIRE(back.shape() == tensor.shape());
+        bool identical = true;
+        for (Index i = 0; i < tensor.numel(); ++i) identical &= back.data()[i] == tensor.data()[i];
+        CHECK(identical);
+    }
+
+    // Every projection reads the same parameters: switching changes no entry.
+    mha.with_projection(Projection::per_head);
+    CHECK(keys_of(mha.state_dict()) == keys_of(expected));
+    CHECK(keys_of(mha.grad_dict()) == keys_of(c.grads));
+}

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: MIT
+// The attention kernel of one (batch, head) slice: reference loops, masks, strided blocks,
+// fully masked rows, and gradcheck of dQ, dK, dV with dropout.
+#include <headwise/ops/attention.hpp>
+#include <headwise/gradcheck.hpp>
+
+#include <cmath>   // std::exp, std::sqrt, std::isfinite
+#include <limits>  // std::numeric_limits
+#include <vector>  // std::vector
+
+#include "support/catch.hpp"
+#include "support/match.hpp"
+#include "support/tolerance.hpp"
+
+using namespace headwise;
+
+namespace {
+
+/// softmax(scale Q K^T + bias, masked = -inf) V in loops, double; zero rows where nothing shows.
+Tensor<double> reference_slice(const Tensor<double>& Q, const Tensor<double>& K,
+                               const Tensor<double>& V, double scale, const Tensor<bool>& mask,
+                               const Tensor<double>& bias, const Tensor<bool>& padding,
+                               bool causal, Tensor<double>* P_out) {
+    const Index L = Q.size(0), S = K.size(0), D = Q.size(1), Dv = V.size(1);
+    Tensor<double> O(Shape{L, Dv}), P(Shape{L, S});
+    for (Index i = 0; i < L; ++i) {
+        std::vector<double> s(static_cast<std::size_t>(S));
+        std::vector<bool> hidden(static_cast<std::size_t>(S));
+        double m = -std::numeric_limits<double>::infinity();
+        for (Index j = 0; j < S; ++j) {
+            double acc = 0;
+            for (Index d = 0; d < D; ++d) acc += Q(i, d) * K(j, d);
+            acc = acc * scale + (bias.empty() ? 0.0 : bias(i, j));
+            const bool h = (!mask.empty() && mask(i, j)) || (!padding.empty() && padding(j)) ||
+                           (causal && j > i);
+            hidden[static_cast<std::size_t>(j)] = h;
+            s[static_cast<std::size_t>(j)] = acc;
+            if (!h && acc > m) m = acc;
+        }
+        double sum = 0;
+        for (Index j = 0; j < S; ++j) {
+            const auto u = static_cast<std::size_t>(j);
+            s[u] = hidden[u] ? 0.0 : std::exp(s[u] - m);
+            sum += s[u];
+        }
+        for (Index j = 0; j < S; ++j) P(i, j) = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
+        for (Index j = 0; j < S; ++j)
+            for (Index e = 0; e < Dv; ++e) O(i, e) += P(i, j) * V(j, e);
+    }
+    if (P_out) *P_out = P;
+    return O;
+}
+
+template <class T>
+Tensor<T> cast(const Tensor<double>& x) {
+    Tensor<T> y(x.shape());
+    for (Index i = 0; i < x.numel(); ++i) y.data()[i] = static_cast<T>(x.data()[i]);
+    return y;
+}
+
+struct SliceCase {
+    Index L, S, D, Dv;
+    int masks;  // bit 0 bool mask, 1 bias, 2 key padding, 3 causal
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][attention]", float, double) {
+    using T = TestType;
+    auto [L, S, D, Dv, masks] = GENERATE(table<Index, Index, Index, Index, int>({
+        {1, 1, 1, 1, 0}, {3, 5, 4, 4, 0}, {4, 4, 2, 3, 1}, {5, 3, 4, 4, 2}, {6, 6, 8, 8, 4},
+        {6, 6, 4, 2, 8}, {7, 5, 3, 3, 15}, {2, 9, 16, 16, 15}}));
+    CAPTURE(L, S, D, Dv, masks);
+    std::mt19937_64 rng(42);
+    const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
+    const auto K = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<double>::randn(Shape{S, Dv}, rng);
+    Tensor<bool> mask, padding;
+    Tensor<double> bias;
+    if (masks & 1) {
+        mask = Tensor<bool>(Shape{L, S});
+        for (Index i = 0; i < L; ++i)
+            for (Index j = 1; j < S; ++j) mask(i, j) = uniform01(rng) < 0.4;
+    }
+    if (masks & 2) bias = Tensor<double>::randn(Shape{L, S}, rng);
+    if (masks & 4) {
+        padding = Tensor<bool>(Shape{S});
+        for (Index j = 1; j < S; ++j) padding(j) = uniform01(rng) < 0.4;
+    }
+    const bool causal = (masks & 8) != 0;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    Tensor<double> P_ref;
+    const Tensor<double> O_ref = reference_slice(Q, K, V, scale, mask, bias, padding, causal, &P_ref);
+
+    // Q, K, V as strided column blocks of wider matrices, as MultiheadAttention passes them.
+    Tensor<T> wide_q(Shape{L, D + 3}), wide_k(Shape{S, D + 2}), wide_v(Shape{S, Dv + 1});
+    wide_q.column_block(1, D) = cast<T>(Q).matrix();
+    wide_k.column_block(2, D) = cast<T>(K).matrix();
+    wide_v.column_block(0, Dv) = cast<T>(V).matrix();
+    const Tensor<T> bias_t = cast<T>(bias);
+    ops::ScoreMask<T> sm;
+    sm.mask = mask.empty() ? nullptr : mask.data();
+    sm.mask_ld = S;
+    sm.bias = bias.empty() ? nullptr : bias_t.data();
+    sm.bias_ld = S;
+    sm.key_padding = padding.empty() ? nullptr : padding.data();
+    sm.causal = causal;
+    Tensor<T> P(Shape{L, S}), O(Shape{L, Dv});
+    ops::attention_forward<T>(wide_q.column_block(1, D), wide_k.column_block(2, D),
+                              wide_v.column_block(0, Dv), sm, static_cast<T>(scale), ops::Dropout{},
+                              0, P.matrix(), P.matrix(), O.matrix());
+    HEADWISE_CHECK_CLOSE(O, O_ref, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(P, P_ref, Tol<T>::rel);
+}
+
+TEST_CASE("a row with every key masked attends to nothing: zero output, zero gradient", "[ops][attention]") {
+    std::mt19937_64 rng(1);
+    const Index L = 3, S = 4, D = 2;
+    const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
+    const auto K = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<double>::randn(Shape{S, D}, rng);
+    Tensor<bool> mask(Shape{L, S});
+    for (Index j = 0; j < S; ++j) mask(2, j) = true;
+    ops::ScoreMask<double> sm;
+    sm.mask = mask.data();
+    sm.mask_ld = S;
+    Tensor<double> P(Shape{L, S}), O(Shape{L, D});
+    ops::attention_forward<double>(Q.matrix(), K.matrix(), V.matrix(), sm, 0.5, ops::Dropout{}, 0,
+                                   P.matrix(), P.matrix(), O.matrix());
+    for (Index j = 0; j < S; ++j) CHECK(P(2, j) == 0.0);
+    for (Index e = 0; e < D; ++e) CHECK(O(2, e) == 0.0);
+    Tensor<double> dQ(Shape{L, D}), dK(Shape{S, D}), dV(Shape{S, D}), scratch(Shape{L, S});
+    const auto dO = Tensor<double>::randn(Shape{L, D}, rng);
+    ops::attention_backward<double>(Q.matrix(), K.matrix(), V.matrix(), P.matrix(), 0.5,
+                                    ops::Dropout{}, 0, dO.matrix(), scratch.matrix(), dQ.matrix(),
+                                    dK.matrix(), dV.matrix());
+    for (Index e = 0; e < D; ++e) CHECK(dQ(2, e) == 0.0);
+    for (double x : dK) CHECK(std::isfinite(x));
+    for (double x : dV) CHECK(std::isfinite(x));
+}
+
+TEST_CASE("attention_backward matches finite differences, masks and dropout included",
+          "[ops][attention][gradcheck]") {
+    auto [L, S, D, masks, p] = GENERATE(table<Index, Index, Index, int, double>({
+        {3, 4, 2, 0, 0.0}, {4, 4, 3, 15, 0.0}, {5, 3, 4, 3, 0.3}, {2, 6, 2, 8, 0.5}}));
+    CAPTURE(L, S, D, masks, p);
+    std::mt19937_64 rng(7);
+    Tensor<bool> mask(Shape{L, S}), padding(Shape{S});
+    for (Index i = 0; i < L; ++i)
+        for (Index j = 1; j < S; ++j) mask(i, j) = (masks & 1) && uniform01(rng) < 0.4;
+    for (Index j = 1; j < S; ++j) padding(j) = (masks & 4) && uniform01(rng) < 0.4;
+    const Tensor<double> bias = Tensor<double>::randn(Shape{L, S}, rng);
+    ops::ScoreMask<double> sm;
+    sm.mask = mask.data();
+    sm.mask_ld = S;
+    sm.bias = (masks & 2) ? bias.data() : nullptr;
+    sm.bias_ld = S;
+    sm.key_padding = padding.data();
+    sm.causal = (masks & 8) != 0;
+    const ops::Dropout dropout{p, 1234};
+    const double scale = 0.7;
+    const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
+        Tensor<double> P(Shape{L, S}), A(Shape{L, S}), O(Shape{L, D});
+        ops::attention_forward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), sm, scale,
+                                       dropout, 3, P.matrix(), A.matrix(), O.matrix());
+        return O;
+    };
+    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dO) {
+        Tensor<double> P(Shape{L, S}), A(Shape{L, S}), O(Shape{L, D});
+        ops::attention_forward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), sm, scale,
+                                       dropout, 3, P.matrix(), A.matrix(), O.matrix());
+        Tensor<double> dQ(Shape{L, D}), dK(Shape{S, D}), dV(Shape{S, D}), scratch(Shape{L, S});
+        ops::attention_backward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), P.matrix(),
+                                        scale, dropout, 3, dO.matrix(), scratch.matrix(),
+                                        dQ.matrix(), dK.matrix(), dV.matrix());
+        return std::vector<Tensor<double>>{dQ, dK, dV};
+    };
+    const std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{L, D}, rng),
+                                             Tensor<double>::randn(Shape{S, D}, rng),
+                                             Tensor<double>::randn(Shape{S, D}, rng)};
+    const GradcheckResult r = gradcheck(f, back, inputs, rng);
+    INFO(r.where);
+    CHECK(r.checked == (L + 2 * S) * D);
+    CHECK(r.max_rel_error <= 1e-6);
+}
+
+TEST_CASE("attention gradients accumulate into dQ, dK, dV", "[ops][attention]") {
+    std::mt19937_64 rng(3);
+    const Index L = 3, S = 3, D = 2;
+    const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
+    const auto K = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto dO = Tensor<double>::randn(Shape{L, D}, rng);
+    Tensor<double> P(Shape{L, S}), O(Shape{L, D}), scratch(Shape{L, S});
+    ops::attention_forward<double>(Q.matrix(), K.matrix(), V.matrix(), {}, 1.0, {}, 0, P.matrix(),
+                                   P.matrix(), O.matrix());
+    Tensor<double> dQ1(Shape{L, D}), dK1(Shape{S, D}), dV1(Shape{S, D});
+    auto run = [&](Tensor<double>& dQ, Tensor<double>& dK, Tensor<double>& dV) {
+        ops::attention_backward<double>(Q.matrix(), K.matrix(), V.matrix(), P.matrix(), 1.0, {}, 0,
+                                        dO.matrix(), scratch.matrix(), dQ.matrix(), dK.matrix(),
+                                        dV.matrix());
+    };
+    run(dQ1, dK1, dV1);
+    Tensor<double> dQ2 = dQ1, dK2 = dK1, dV2 = dV1;
+    run(dQ2, dK2, dV2);
+    for (Index i = 0; i < dQ1.numel(); ++i) CHECK(dQ2.data()[i] == 2 * dQ1.data()[i]);
+    for (Index i = 0; i < dK1.numel(); ++i) CHECK(dK2.data()[i] == 2 * dK1.data()[i]);
+    for (Index i = 0; i < dV1.numel(); ++i) CHECK(dV2.data()[i] == 2 * dV1.data()[i]);
+}
