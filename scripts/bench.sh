@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Builds the release preset (-O3 -march=native, benchmarks on, tests and examples off) and runs
-# the benchmark driver, build/release/bench/bench_mha, writing build/release/bench.json.
+# Builds the release preset (-O3 -march=native, benchmarks on, tests and examples off), runs the
+# benchmark driver build/release/bench/bench_mha, then torch.nn.MultiheadAttention on the same
+# shapes (bench/compare_torch.py, skipped without torch), and prints the table (bench/report.py).
 #
-#   bash scripts/bench.sh            the quick set: 3 repetitions per case
-#   bash scripts/bench.sh --full     the full set: 10 repetitions, and HEADWISE_BENCH_FULL=1 in the
-#                                    environment so the benchmark registers its larger shapes
+#   bash scripts/bench.sh            the default set (float, 4 shapes, head sweep): a few minutes
+#   bash scripts/bench.sh --full     everything: double too, forward_train, backward alone,
+#                                    (1, 4096, 512, 8), the sweep with backward; 5 repetitions
 #   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   e.g. --benchmark_filter=fused
+#   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #
+# Writes build/release/bench.json (Google Benchmark, with build_type and threads in its context),
+# build/release/bench_torch.json and build/release/bench.png (needs python3-matplotlib).
 # Speed claims are ratios of medians within one run, so every case reports aggregates only.
 set -euo pipefail
 
@@ -19,7 +23,7 @@ while (($# > 0)); do
     case "$1" in
         --full) full=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,11p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,15p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -31,7 +35,7 @@ bash scripts/deps.sh
 build=build/release
 echo "headwise: configuring and building the release preset (benchmarks only) ..."
 cmake --preset release -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF
-cmake --build --preset release
+cmake --build --preset release --target bench_mha
 
 driver="${build}/bench/bench_mha"
 json="${build}/bench.json"
@@ -45,25 +49,54 @@ threads=1
 if grep -q '^HEADWISE_USE_OPENMP:BOOL=ON' "${build}/CMakeCache.txt"; then
     threads="${OMP_NUM_THREADS:-$(nproc)}"
 fi
+export OMP_NUM_THREADS="${threads}"
+build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "${build}/CMakeCache.txt")"
+# The default set stays within a few minutes on 2 cores: short minimum times, 3 repetitions.
 repetitions=3
+min_time=0.1
 if ((full)); then
-    repetitions=10
+    repetitions=5
+    min_time=0.2
 fi
 
-echo "headwise: running ${driver} (full=${full}, threads=${threads}, repetitions=${repetitions})"
+started=${SECONDS}
+echo "headwise: running ${driver} (full=${full}, threads=${threads}, repetitions=${repetitions}," \
+    "min_time=${min_time} s)"
 # Debian's libbenchmark reports itself as a debug build; record what headwise was built as.
 "${driver}" \
     --benchmark_repetitions="${repetitions}" \
+    --benchmark_min_time="${min_time}" \
     --benchmark_report_aggregates_only=true \
     --benchmark_out="${json}" \
     --benchmark_out_format=json \
-    --benchmark_context="build_type=Release,threads=${threads},full=${full}" \
+    --benchmark_context="build_type=${build_type:-unknown},threads=${threads},full=${full},preset=release" \
     ${extra[@]+"${extra[@]}"}
-echo "headwise: results in ${json}"
+echo "headwise: results in ${json} ($((SECONDS - started)) s)"
 
-# --- Report table -------------------------------------------------------------------------------
-# The table (ratios of per_head and separate to fused, per scalar and shape) is printed by
-# bench/report.py from the JSON above.
-if [[ -f bench/report.py ]]; then
-    /usr/bin/python3 bench/report.py "${json}"
+python=/usr/bin/python3
+[[ -x "${python}" ]] || python="$(command -v python3 || true)"
+if [[ -z "${python}" ]]; then
+    echo "headwise: python3 not found: no table, no torch comparison (the JSON is complete)"
+    exit 0
 fi
+
+# --- torch.nn.MultiheadAttention on the same shapes, in the same run ----------------------------
+torch_json="${build}/bench_torch.json"
+rm -f "${torch_json}"
+if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
+    echo "headwise: HEADWISE_BENCH_NO_TORCH=1: no torch comparison"
+else
+    declare -a torch_args=(--headwise "${json}" --threads "${threads}" --json "${torch_json}")
+    ((full)) && torch_args+=(--full)
+    # Thread counts matched to ours; compare_torch.py sets the same variables before importing
+    # torch, these make it explicit for whatever torch loads (OpenMP, OpenBLAS).
+    declare -a torch_env=(OMP_NUM_THREADS="${threads}" OPENBLAS_NUM_THREADS="${threads}")
+    ((threads == 2)) && torch_env+=(OMP_WAIT_POLICY=PASSIVE)
+    env "${torch_env[@]}" "${python}" bench/compare_torch.py "${torch_args[@]}" ||
+        echo "headwise: the torch comparison failed; the table below is ours alone"
+fi
+
+# --- The table and the plot ---------------------------------------------------------------------
+"${python}" bench/report.py "${json}" --torch "${torch_json}" --png "${build}/bench.png"
+echo "headwise: benchmarks done in $((SECONDS - started)) s after the build" \
+    "(script total ${SECONDS} s)"

@@ -14,8 +14,8 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 
-TEMPLATE_TEST_CASE("max_abs_diff finds the largest difference and where it is", "[compare]",
-                   float, double) {
+TEMPLATE_TEST_CASE("max_abs_diff finds the largest difference and where it is", "[compare]", float,
+                   double) {
     Tensor<TestType> a(Shape{2, 3, 2});
     Tensor<TestType> b(Shape{2, 3, 2});
     for (Index i = 0; i < a.numel(); ++i) a.data()[i] = b.data()[i] = static_cast<TestType>(i + 1);
@@ -69,7 +69,7 @@ TEST_CASE("allclose follows NumPy: |a - b| <= atol + rtol * |b|", "[compare]") {
     CHECK_FALSE(headwise::allclose(Tensor<double>(Shape{2}, {100.0011, 0.0}), b));
     // Asymmetric, as in NumPy: b is the reference.
     const Tensor<double> x(Shape{1}, {1.0}), y(Shape{1}, {2.0});
-    CHECK(headwise::allclose(x, y, 0.5, 0.0));       // 1 <= 0.5 * 2
+    CHECK(headwise::allclose(x, y, 0.5, 0.0));        // 1 <= 0.5 * 2
     CHECK_FALSE(headwise::allclose(y, x, 0.5, 0.0));  // 1 > 0.5 * 1
 }
 

@@ -45,8 +45,8 @@ Shape shape_from(Index d0, Index d1, Index d2) { return Shape{d0, d1, d2}; }
 TEMPLATE_TEST_CASE("tensor-tensor arithmetic matches double loops", "[elementwise]", float,
                    double) {
     using T = TestType;
-    const auto [d0, d1, d2] = GENERATE(table<Index, Index, Index>({
-        {1, 1, 1}, {2, 3, 4}, {3, 5, 17}, {4, 16, 64}, {2, 0, 3}}));
+    const auto [d0, d1, d2] = GENERATE(
+        table<Index, Index, Index>({{1, 1, 1}, {2, 3, 4}, {3, 5, 17}, {4, 16, 64}, {2, 0, 3}}));
     const Shape s = shape_from(d0, d1, d2);
     CAPTURE(s);
     std::mt19937_64 rng(42);
@@ -58,9 +58,12 @@ TEMPLATE_TEST_CASE("tensor-tensor arithmetic matches double loops", "[elementwis
     const Tensor<T> prod = headwise::mul(a, b), quot = headwise::div(a, b);
     REQUIRE(sum.shape() == s);
     HEADWISE_CHECK_CLOSE(sum, zip(a64, b64, [](double x, double y) { return x + y; }), Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(diff, zip(a64, b64, [](double x, double y) { return x - y; }), Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(prod, zip(a64, b64, [](double x, double y) { return x * y; }), Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(quot, zip(a64, b64, [](double x, double y) { return x / y; }), Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(diff, zip(a64, b64, [](double x, double y) { return x - y; }),
+                         Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(prod, zip(a64, b64, [](double x, double y) { return x * y; }),
+                         Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(quot, zip(a64, b64, [](double x, double y) { return x / y; }),
+                         Tol<T>::rel);
 
     // The operators are the same functions.
     CHECK(identical(a + b, sum));
@@ -100,8 +103,7 @@ TEMPLATE_TEST_CASE("neg, unary minus and exp", "[elementwise]", float, double) {
                          0.0);  // exact
     CHECK(identical(-x, headwise::neg(x)));
     HEADWISE_CHECK_CLOSE(headwise::exp(x),
-                         zip(x64, zero, [](double v, double) { return std::exp(v); }),
-                         Tol<T>::rel);
+                         zip(x64, zero, [](double v, double) { return std::exp(v); }), Tol<T>::rel);
 }
 
 TEMPLATE_TEST_CASE("compound assignment writes into tensors and views", "[elementwise]", float,
@@ -139,11 +141,11 @@ TEMPLATE_TEST_CASE("compound assignment writes into tensors and views", "[elemen
     CHECK(a(0, 0) == T(12));
 }
 
-TEMPLATE_TEST_CASE("broadcast_add adds a row to every row of the last axis", "[elementwise]",
-                   float, double) {
+TEMPLATE_TEST_CASE("broadcast_add adds a row to every row of the last axis", "[elementwise]", float,
+                   double) {
     using T = TestType;
-    const auto [d0, d1, n] = GENERATE(table<Index, Index, Index>({
-        {1, 1, 1}, {2, 3, 4}, {4, 5, 33}, {3, 0, 2}}));
+    const auto [d0, d1, n] =
+        GENERATE(table<Index, Index, Index>({{1, 1, 1}, {2, 3, 4}, {4, 5, 33}, {3, 0, 2}}));
     CAPTURE(d0, d1, n);
     std::mt19937_64 rng(42);
     const Tensor<T> x = Tensor<T>::randn(Shape{d0, d1, n}, rng);

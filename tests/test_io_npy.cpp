@@ -34,7 +34,8 @@ std::string read_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 /// A version 1.0 .npy file from a header dict written by hand (no padding) and raw data bytes.
@@ -292,7 +293,8 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
         bytes[6] = '\x04';
         REQUIRE_THROWS_MATCHES(
             load(bytes), std::runtime_error,
-            Message(prefix + "unsupported .npy format version 4.0 (headwise reads 1.0, 2.0 and 3.0)"));
+            Message(prefix +
+                    "unsupported .npy format version 4.0 (headwise reads 1.0, 2.0 and 3.0)"));
     }
     SECTION("the file ends inside the header") {
         const std::string bytes = read_bytes(fixture("f8_2x3x4.npy")).substr(0, 60);
@@ -324,14 +326,17 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
         REQUIRE_THROWS_MATCHES(load(npy_file(extra, f8x3)), std::runtime_error,
                                Message(malformed(path, "unknown key 'x'", 56, extra)));
 
-        const std::string twice = "{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (3,)}";
+        const std::string twice =
+            "{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (3,)}";
         REQUIRE_THROWS_MATCHES(load(npy_file(twice, f8x3)), std::runtime_error,
                                Message(malformed(path, "duplicate key 'descr'", 17, twice)));
 
-        const std::string structured = "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (3,), }";
+        const std::string structured =
+            "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (3,), }";
         REQUIRE_THROWS_MATCHES(
             load(npy_file(structured, f8x3)), std::runtime_error,
-            Message(malformed(path, "expected the dtype string, e.g. '<f4', in quotes", 10, structured)));
+            Message(malformed(path, "expected the dtype string, e.g. '<f4', in quotes", 10,
+                              structured)));
 
         const std::string trailing = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), } x";
         REQUIRE_THROWS_MATCHES(
@@ -349,7 +354,8 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
             Message(prefix + "3 unexpected bytes follow the 24 bytes of data the header's shape "
                              "[3] of '<f8' describes"));
         // A header announcing an absurd size fails on the size check, before any allocation.
-        const std::string huge = "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000,), }";
+        const std::string huge =
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000,), }";
         REQUIRE_THROWS_MATCHES(
             load(npy_file(huge, f8x3)), std::runtime_error,
             Message(prefix + "data is truncated: the header's shape [100000000000] of '<f8' needs "
@@ -364,11 +370,13 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
     }
     SECTION("hand-written headers in NumPy's accepted variants load") {
         // Double quotes, other key order, no trailing comma, a Python 2 long extent.
-        write_bytes(path, npy_file("{\"shape\": (3L,), \"fortran_order\": False, \"descr\": \"<f8\"}",
-                                   f8x3));
+        write_bytes(
+            path,
+            npy_file("{\"shape\": (3L,), \"fortran_order\": False, \"descr\": \"<f8\"}", f8x3));
         REQUIRE(headwise::load_npy<double>(path).shape() == Shape{3});
         // Fortran order is harmless for rank 1: both orders are the same layout.
-        write_bytes(path, npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (3,), }", f8x3));
+        write_bytes(path,
+                    npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (3,), }", f8x3));
         REQUIRE(headwise::load_npy<double>(path).shape() == Shape{3});
     }
 }
@@ -396,7 +404,8 @@ TEST_CASE("load_npy_dict and save_npy_dict keep PyTorch's state-dict keys", "[io
 
     // Neither other files nor subdirectories are entries.
     write_bytes(dir.file("state/meta.txt"), "embed_dim=8\n");
-    headwise::save_npy_dict<double>(dir.file("state/grad"), {{"in_proj_bias", sd.at("in_proj_bias")}});
+    headwise::save_npy_dict<double>(dir.file("state/grad"),
+                                    {{"in_proj_bias", sd.at("in_proj_bias")}});
 
     const auto loaded = headwise::load_npy_dict<double>(root);
     REQUIRE(loaded.size() == sd.size());
@@ -417,7 +426,8 @@ TEST_CASE("load_npy_dict and save_npy_dict keep PyTorch's state-dict keys", "[io
 
         const std::string out = dir.file("rejected");
         REQUIRE_THROWS_MATCHES(
-            headwise::save_npy_dict<double>(out, {{"ok", sd.at("bias_k")}, {"a/b", sd.at("bias_k")}}),
+            headwise::save_npy_dict<double>(out,
+                                            {{"ok", sd.at("bias_k")}, {"a/b", sd.at("bias_k")}}),
             std::invalid_argument,
             Message("headwise::save_npy_dict: tensors: keys must be file names (non-empty, no '/' "
                     "or '\\', not '.' or '..'), got 'a/b'"));

@@ -28,8 +28,8 @@ Shape stored(Index rows, Index cols, bool transposed) {
 TEMPLATE_TEST_CASE("matmul matches the triple loop for every transpose", "[matmul]", float,
                    double) {
     using T = TestType;
-    const auto [m, k, n] = GENERATE(table<Index, Index, Index>({
-        {1, 1, 1}, {2, 3, 4}, {5, 1, 7}, {17, 33, 9}, {64, 64, 64}, {3, 129, 2}}));
+    const auto [m, k, n] = GENERATE(table<Index, Index, Index>(
+        {{1, 1, 1}, {2, 3, 4}, {5, 1, 7}, {17, 33, 9}, {64, 64, 64}, {3, 129, 2}}));
     const bool ta = GENERATE(false, true);
     const bool tb = GENERATE(false, true);
     CAPTURE(m, k, n, ta, tb);
@@ -44,11 +44,11 @@ TEMPLATE_TEST_CASE("matmul matches the triple loop for every transpose", "[matmu
     HEADWISE_CHECK_CLOSE(c, expected, Tol<T>::rel);
 }
 
-TEMPLATE_TEST_CASE("batched_matmul multiplies matrix by matrix along the batch", "[matmul]",
-                   float, double) {
+TEMPLATE_TEST_CASE("batched_matmul multiplies matrix by matrix along the batch", "[matmul]", float,
+                   double) {
     using T = TestType;
-    const auto [N, m, k, n] = GENERATE(table<Index, Index, Index, Index>({
-        {1, 2, 3, 4}, {3, 5, 7, 2}, {8, 16, 32, 16}, {2, 1, 1, 1}}));
+    const auto [N, m, k, n] = GENERATE(table<Index, Index, Index, Index>(
+        {{1, 2, 3, 4}, {3, 5, 7, 2}, {8, 16, 32, 16}, {2, 1, 1, 1}}));
     const bool ta = GENERATE(false, true);
     const bool tb = GENERATE(false, true);
     CAPTURE(N, m, k, n, ta, tb);

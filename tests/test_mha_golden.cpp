@@ -50,9 +50,9 @@ std::string unravel(Index flat, const Shape& shape) {
 }
 
 struct Difference {
-    double max_abs = 0.0;   // largest |actual - expected|
-    double scale = 0.0;     // largest |expected|
-    Index where = -1;       // flat index of max_abs
+    double max_abs = 0.0;  // largest |actual - expected|
+    double scale = 0.0;    // largest |expected|
+    Index where = -1;      // flat index of max_abs
     double actual = 0.0, expected = 0.0;
 
     /// max_abs / scale; max_abs itself for an all-zero expectation (e.g. a query gradient that
@@ -67,8 +67,8 @@ Difference difference(TensorView<const T> actual, const Tensor<double>& expected
         const double a = static_cast<double>(actual.data()[i]);
         const double e = expected.data()[i];
         d.scale = std::max(d.scale, std::fabs(e));
-        const double diff = std::isfinite(a) ? std::fabs(a - e)
-                                             : std::numeric_limits<double>::infinity();
+        const double diff =
+            std::isfinite(a) ? std::fabs(a - e) : std::numeric_limits<double>::infinity();
         if (d.where < 0 || diff > d.max_abs) {
             d.max_abs = diff;
             d.where = i;
@@ -251,4 +251,48 @@ TEST_CASE("golden state dicts load and save under PyTorch's names and shapes", "
     mha.with_projection(Projection::per_head);
     CHECK(keys_of(mha.state_dict()) == keys_of(expected));
     CHECK(keys_of(mha.grad_dict()) == keys_of(c.grads));
+}
+
+TEST_CASE("each forward keeps its own state until its backward, and eval mode agrees",
+          "[mha][golden]") {
+    const std::string name = GENERATE(as<std::string>{}, "attn_mask_bias_padding", "bias_kv");
+    const Projection projection =
+        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(name, headwise::to_string(projection));
+    const GoldenCase c = headwise::test::load_golden_case(name);
+    headwise::MultiheadAttention<double> mha(options_of<double>(c, projection), 1);
+    mha.load_state_dict(c.state_dict());
+
+    headwise::AttentionMasks<double> m;
+    if (c.masks.count("attn_mask")) m.attn_mask = c.mask("attn_mask");
+    if (c.tensors.count("attn_bias")) m.attn_bias = c.tensor("attn_bias");
+    if (c.masks.count("key_padding_mask")) m.key_padding_mask = c.mask("key_padding_mask");
+    const Tensor<double>& q = c.tensor("query");
+    const Tensor<double>& k = c.flag("self_attention") ? q : c.tensor("key");
+    const Tensor<double>& v = c.flag("self_attention") ? q : c.tensor("value");
+
+    // A second forward on other inputs, and its backward, run between the first forward and
+    // its backward; the first backward must still see its own inputs and probabilities.
+    const auto first = mha.forward(q, k, v, m);
+    Tensor<double> other_q = c.tensor("query");
+    for (double& x : other_q) x = 0.5 * x + 0.25;
+    const Tensor<double>& other_k = c.flag("self_attention") ? other_q : k;
+    const Tensor<double>& other_v = c.flag("self_attention") ? other_q : v;
+    const auto second = mha.forward(other_q, other_k, other_v, m);
+    (void)mha.backward(second, c.tensor("grad_output"));
+    mha.zero_grad();
+
+    const auto g = mha.backward(first, c.tensor("grad_output"));
+    check_close<double>("output", first.output, c.tensor("output"), kToleranceDouble);
+    check_close<double>("grad query", g.query, c.tensor("grad_query"), kToleranceDouble);
+    check_close<double>("grad key", g.key, c.tensor("grad_key"), kToleranceDouble);
+    check_close<double>("grad value", g.value, c.tensor("grad_value"), kToleranceDouble);
+    const auto grads = mha.grad_dict();
+    for (const auto& [key, expected] : c.grads)
+        check_close<double>("grad/" + key, grads.at(key), expected, kToleranceDouble);
+
+    mha.eval();
+    const auto inference = mha.forward(q, k, v, m);
+    check_close<double>("eval output", inference.output, c.tensor("output"), kToleranceDouble);
+    CHECK_THROWS(mha.backward(inference, c.tensor("grad_output")));  // eval keeps nothing
 }

@@ -527,3 +527,81 @@ TEST_CASE("a new module has PyTorch's initial distributions", "[mha][init]") {
     HEADWISE_CHECK_CLOSE(same.state_dict().at("in_proj_weight"), sd.at("in_proj_weight"), 0.0);
     CHECK(test::scaled_difference(other.state_dict().at("in_proj_weight"), sd.at("in_proj_weight")).rel > 0.1);
 }
+
+TEST_CASE("bad options throw a clear error", "[mha][errors]") {
+    const std::string fn = "headwise::MultiheadAttention::MultiheadAttention: ";
+    MultiheadAttentionOptions o;
+    o.embed_dim = 10;
+    o.num_heads = 3;
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.num_heads: must divide embed_dim = 10, got 3");
+    o.num_heads = 0;
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.num_heads: must be positive, got 0");
+    o = MultiheadAttentionOptions{};
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.embed_dim: must be positive, got 0");
+    o.embed_dim = 8;
+    o.kdim = -1;
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.kdim: must be positive, or 0 for embed_dim, got -1");
+    o.kdim = 0;
+    o.vdim = -2;
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.vdim: must be positive, or 0 for embed_dim, got -2");
+    o.vdim = 0;
+    o.dropout = 1.0;
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.dropout: must be in [0, 1), got 1.000000");
+}
+
+TEST_CASE("bad shapes throw shape_error naming function, argument, expected and actual shape",
+          "[mha][errors]") {
+    const std::string fn = "headwise::MultiheadAttention::forward: ";
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    o.kdim = 6;
+    o.dropout = 0.5;
+    MultiheadAttention<double> m(o, 3);
+    const Tensor<double> q(Shape{2, 3, 8}), k(Shape{2, 4, 6}), v(Shape{2, 4, 8});
+    auto fails = [&](const Tensor<double>& qq, const Tensor<double>& kk, const Tensor<double>& vv,
+                     const AttentionMasks<double>& masks, const std::string& message) {
+        CAPTURE(message);
+        REQUIRE_THROWS_AS(m.forward(qq, kk, vv, masks), shape_error);
+        REQUIRE_THROWS_WITH(m.forward(qq, kk, vv, masks), fn + message);
+    };
+    const AttentionMasks<double> none;
+    fails(Tensor<double>(Shape{2, 3, 7}), k, v, none, "query: expected shape [B, L, 8], got [2, 3, 7]");
+    fails(Tensor<double>(Shape{3, 8, 1, 1}), k, v, none,
+          "query: expected shape [B, L, 8] or [L, 8], got [3, 8, 1, 1]");
+    fails(q, Tensor<double>(Shape{2, 4, 8}), v, none, "key: expected shape [2, S, 6], got [2, 4, 8]");
+    fails(q, Tensor<double>(Shape{3, 4, 6}), v, none, "key: expected shape [2, S, 6], got [3, 4, 6]");
+    fails(q, Tensor<double>(Shape{4, 6}), v, none, "key: expected shape [2, S, 6], got [4, 6]");
+    fails(q, k, Tensor<double>(Shape{2, 5, 8}), none, "value: expected shape [2, 4, 8], got [2, 5, 8]");
+    fails(Tensor<double>(Shape{3, 8}), Tensor<double>(Shape{4, 6}), Tensor<double>(Shape{4, 7}), none,
+          "value: expected shape [4, 8], got [4, 7]");
+    AttentionMasks<double> bad;
+    bad.attn_mask = Tensor<bool>(Shape{4, 3});
+    fails(q, k, v, bad, "masks.attn_mask: expected shape [3, 4] or [2, 2, 3, 4], got [4, 3]");
+    bad = {};
+    bad.attn_bias = Tensor<double>(Shape{2, 1, 3, 4});
+    fails(q, k, v, bad, "masks.attn_bias: expected shape [3, 4] or [2, 2, 3, 4], got [2, 1, 3, 4]");
+    bad = {};
+    bad.key_padding_mask = Tensor<bool>(Shape{2, 3});
+    fails(q, k, v, bad, "masks.key_padding_mask: expected shape [2, 4], got [2, 3]");
+
+    // Nothing changed: the dropout stream did not advance, so the next call equals a fresh one's.
+    MultiheadAttention<double> fresh(o, 3);
+    std::mt19937_64 rng(1);
+    const Tensor<double> qr = Tensor<double>::randn(q.shape(), rng), kr = Tensor<double>::randn(k.shape(), rng),
+                         vr = Tensor<double>::randn(v.shape(), rng);
+    const auto f = m.forward(qr, kr, vr);
+    HEADWISE_CHECK_CLOSE(f.output, fresh.forward(qr, kr, vr).output, 0.0);
+
+    // backward checks its gradient before touching the parameter gradients.
+    REQUIRE_THROWS_AS(m.backward(f, Tensor<double>(Shape{2, 3, 4})), shape_error);
+    REQUIRE_THROWS_WITH(m.backward(f, Tensor<double>(Shape{2, 3, 4})),
+                        "headwise::MultiheadAttention::backward: grad_output: expected shape "
+                        "[2, 3, 8], got [2, 3, 4]");
+    for (const auto& [name, g] : m.grad_dict())
+        for (double x : g) CHECK(x == 0.0);
+}

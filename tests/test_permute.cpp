@@ -32,8 +32,8 @@ bool identical(TensorView<const T> a, TensorView<const T> b) {
 TEMPLATE_TEST_CASE("permute matches the reference for every permutation of rank 4", "[permute]",
                    float, double) {
     using T = TestType;
-    const auto [d0, d1, d2, d3] = GENERATE(table<Index, Index, Index, Index>({
-        {2, 3, 4, 5}, {1, 7, 1, 3}, {3, 1, 2, 1}, {2, 0, 3, 2}}));
+    const auto [d0, d1, d2, d3] = GENERATE(table<Index, Index, Index, Index>(
+        {{2, 3, 4, 5}, {1, 7, 1, 3}, {3, 1, 2, 1}, {2, 0, 3, 2}}));
     const Shape s{d0, d1, d2, d3};
     CAPTURE(s);
     std::mt19937_64 rng(42);
@@ -54,8 +54,8 @@ TEMPLATE_TEST_CASE("permute matches the reference for every permutation of rank 
 
 TEMPLATE_TEST_CASE("[B, L, H, D] <-> [B, H, L, D] round-trips", "[permute]", float, double) {
     using T = TestType;
-    const auto [B, L, H, D] = GENERATE(table<Index, Index, Index, Index>({
-        {2, 5, 4, 8}, {1, 1, 1, 1}, {3, 17, 2, 16}}));
+    const auto [B, L, H, D] =
+        GENERATE(table<Index, Index, Index, Index>({{2, 5, 4, 8}, {1, 1, 1, 1}, {3, 17, 2, 16}}));
     CAPTURE(B, L, H, D);
     std::mt19937_64 rng(42);
     const Tensor<T> x = Tensor<T>::randn(Shape{B, L, H, D}, rng);  // [B, L, H, D]

@@ -88,7 +88,8 @@ TEST_CASE("normal draws have mean 0 and variance 1, two generator draws each", "
     const double first = headwise::normal(c);
     const double u1 = 1.0 - headwise::uniform01(d);
     const double u2 = headwise::uniform01(d);
-    CHECK(first == std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925286766559 * u2));
+    CHECK(first ==
+          std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925286766559 * u2));
 }
 
 TEST_CASE("bernoulli(p) is true with probability p", "[random]") {

@@ -35,8 +35,8 @@ std::vector<T> iota_values(Index n) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("a new tensor is zero-filled, contiguous and 64-byte aligned", "[tensor]",
-                   float, double) {
+TEMPLATE_TEST_CASE("a new tensor is zero-filled, contiguous and 64-byte aligned", "[tensor]", float,
+                   double) {
     const Index n = GENERATE(1, 3, 17, 1000);
     CAPTURE(n);
     Tensor<TestType> t(Shape{n, 3});
@@ -201,8 +201,9 @@ TEMPLATE_TEST_CASE("slice and narrow select along the leading axis", "[tensor]",
     REQUIRE_THROWS_WITH(t.slice(-1),
                         "headwise::TensorView::slice: index -1 out of range for shape [4, 2, 3]");
     REQUIRE_THROWS_AS(t.narrow(3, 2), std::out_of_range);
-    REQUIRE_THROWS_WITH(t.narrow(3, 2), "headwise::TensorView::narrow: range [3, 5) out of range "
-                                        "for shape [4, 2, 3]");
+    REQUIRE_THROWS_WITH(t.narrow(3, 2),
+                        "headwise::TensorView::narrow: range [3, 5) out of range "
+                        "for shape [4, 2, 3]");
 }
 
 TEMPLATE_TEST_CASE("matrix() and column_block() map the memory and write through", "[tensor]",

@@ -16,10 +16,10 @@ namespace headwise {
 
 /// How far apart two tensors of one shape are. Every element counts, compared in double.
 struct Difference {
-    double max_abs = 0.0;  // largest |a - b|; NaN when an element of either is NaN
-    double max_rel = 0.0;  // largest |a - b| / max(|a|, |b|) over the elements (0 where both are 0)
-    Index flat_index = -1; // row-major index of the element with the largest |a - b|; -1 if none
-    std::string where;     // that element's multi-index, "[0, 2, 1]"; empty if none
+    double max_abs = 0.0;   // largest |a - b|; NaN when an element of either is NaN
+    double max_rel = 0.0;   // largest |a - b| / max(|a|, |b|) (0 where both are 0)
+    Index flat_index = -1;  // row-major index of the largest |a - b|; -1 when there is none
+    std::string where;      // its multi-index, "[0, 2, 1]"; empty when there is none
 
     /// "max |a - b| = 0.001 at [0, 2, 1] (max relative 0.002)", for test failure messages.
     friend std::ostream& operator<<(std::ostream& os, const Difference& d) {

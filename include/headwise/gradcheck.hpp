@@ -91,17 +91,18 @@ inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& 
     const Index n_inputs = static_cast<Index>(inputs.size());
     for (const Index i : check_inputs)
         if (i < 0 || i >= n_inputs)
-            throw_invalid_argument(fn, "check_inputs",
-                                   "must hold input indices in [0, " + std::to_string(n_inputs) + ")",
-                                   std::to_string(i));
+            throw_invalid_argument(
+                fn, "check_inputs",
+                "must hold input indices in [0, " + std::to_string(n_inputs) + ")",
+                std::to_string(i));
 
-    const Tensor<double> y = f(inputs);                           // [output shape]
+    const Tensor<double> y = f(inputs);                              // [output shape]
     const Tensor<double> G = Tensor<double>::randn(y.shape(), rng);  // [output shape]
     const std::vector<Tensor<double>> analytic = backward(inputs, G);
     if (analytic.size() != inputs.size())
-        throw_invalid_argument(fn, "backward",
-                               "must return one tensor per input (" + std::to_string(n_inputs) + ")",
-                               std::to_string(analytic.size()) + " tensors");
+        throw_invalid_argument(
+            fn, "backward", "must return one tensor per input (" + std::to_string(n_inputs) + ")",
+            std::to_string(analytic.size()) + " tensors");
 
     // f at perturbed inputs, its output shape checked each time (G only fits that shape).
     const auto output_of = [&](const std::vector<Tensor<double>>& x) {

@@ -39,7 +39,8 @@ struct GoldenCase {
     int meta_int(const std::string& key) const {
         const auto it = meta.find(key);
         if (it == meta.end())
-            throw std::runtime_error("golden case '" + name + "': meta.txt has no key '" + key + "'");
+            throw std::runtime_error("golden case '" + name + "': meta.txt has no key '" + key +
+                                     "'");
         std::size_t used = 0;
         int value = 0;
         try {

@@ -12,8 +12,7 @@ namespace headwise::detail {
 
 /// `axis` in [0, rank) after counting a negative axis from the back (-1 is the last axis);
 /// throws std::invalid_argument naming `function` and `argument` when it is out of range.
-inline int checked_axis(const char* function, const char* argument, const Shape& shape,
-                        int axis) {
+inline int checked_axis(const char* function, const char* argument, const Shape& shape, int axis) {
     const int rank = shape.rank();
     if (axis < -rank || axis >= rank)
         throw_invalid_argument(function, argument,

@@ -181,18 +181,16 @@ public:
 
 private:
     /// Throws, quoting the header and the 0-based offset `at` (default: the current one).
-    [[noreturn]] void error(const std::string& what,
-                            std::size_t at = std::string::npos) const {
+    [[noreturn]] void error(const std::string& what, std::size_t at = std::string::npos) const {
         fail(function_, path_,
              "malformed header: " + what + " at character " +
-                 std::to_string(at == std::string::npos ? pos_ : at) + " of \"" +
-                 printable(text_) + "\"");
+                 std::to_string(at == std::string::npos ? pos_ : at) + " of \"" + printable(text_) +
+                 "\"");
     }
     char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
     void skip_space() {
-        while (pos_ < text_.size() &&
-               (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' ||
-                text_[pos_] == '\r'))
+        while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                       text_[pos_] == '\t' || text_[pos_] == '\r'))
             ++pos_;
     }
     void expect(char c) {
@@ -230,7 +228,8 @@ private:
             std::uint64_t value = 0;
             while (peek() >= '0' && peek() <= '9') {
                 const auto digit = static_cast<std::uint64_t>(peek() - '0');
-                if (value > (static_cast<std::uint64_t>(std::numeric_limits<Index>::max()) - digit) / 10)
+                if (value >
+                    (static_cast<std::uint64_t>(std::numeric_limits<Index>::max()) - digit) / 10)
                     error("extent too large");
                 value = value * 10 + digit;
                 ++pos_;
@@ -383,8 +382,8 @@ void encode(const T* src, Index count, unsigned char* dst) {
 
 /// "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }" padded, as numpy writes it.
 inline std::string make_header(Dtype dtype, const Shape& shape) {
-    std::string dict = std::string("{'descr': '") + descr_of(dtype) +
-                       "', 'fortran_order': False, 'shape': (";
+    std::string dict =
+        std::string("{'descr': '") + descr_of(dtype) + "', 'fortran_order': False, 'shape': (";
     for (int a = 0; a < shape.rank(); ++a) {
         if (a) dict += ", ";
         dict += std::to_string(shape[a]);
@@ -479,8 +478,7 @@ Tensor<T> load_npy(const std::string& path) {
         if (bad >= 0)
             npy::fail(kFunction, path,
                       "element " + std::to_string(done + bad) + " of the '|b1' data is byte " +
-                          std::to_string(buffer[static_cast<std::size_t>(bad)]) +
-                          ", not 0 or 1");
+                          std::to_string(buffer[static_cast<std::size_t>(bad)]) + ", not 0 or 1");
         done += count;
     }
     return tensor;
@@ -498,9 +496,16 @@ void save_npy(const std::string& path, TensorView<const T> tensor) {
     const std::string header = npy::make_header(npy::dtype_of<T>(), tensor.shape());
     const auto length = static_cast<std::uint16_t>(header.size());
     HEADWISE_ASSERT(header.size() <= 0xffff);  // rank <= Shape::kMaxRank keeps it ~200 bytes
-    const char prefix[] = {npy::kMagic[0], npy::kMagic[1], npy::kMagic[2], npy::kMagic[3],
-                           npy::kMagic[4], npy::kMagic[5], 1, 0,
-                           static_cast<char>(length & 0xffu), static_cast<char>(length >> 8)};
+    const char prefix[] = {npy::kMagic[0],
+                           npy::kMagic[1],
+                           npy::kMagic[2],
+                           npy::kMagic[3],
+                           npy::kMagic[4],
+                           npy::kMagic[5],
+                           1,
+                           0,
+                           static_cast<char>(length & 0xffu),
+                           static_cast<char>(length >> 8)};
     out.write(prefix, sizeof prefix);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
 

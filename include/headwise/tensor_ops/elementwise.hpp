@@ -122,12 +122,24 @@ void elementwise_into(ElementwiseOp op, TensorView<const T> a, TensorView<const 
     const auto B = flat_array(b);
     auto O = flat_array(out);
     switch (op) {
-        case ElementwiseOp::add: O = A + B; break;
-        case ElementwiseOp::sub: O = A - B; break;
-        case ElementwiseOp::mul: O = A * B; break;
-        case ElementwiseOp::div: O = A / B; break;
-        case ElementwiseOp::rsub: O = B - A; break;
-        case ElementwiseOp::rdiv: O = B / A; break;
+        case ElementwiseOp::add:
+            O = A + B;
+            break;
+        case ElementwiseOp::sub:
+            O = A - B;
+            break;
+        case ElementwiseOp::mul:
+            O = A * B;
+            break;
+        case ElementwiseOp::div:
+            O = A / B;
+            break;
+        case ElementwiseOp::rsub:
+            O = B - A;
+            break;
+        case ElementwiseOp::rdiv:
+            O = B / A;
+            break;
     }
 }
 
@@ -137,12 +149,24 @@ void elementwise_into(ElementwiseOp op, TensorView<const T> a, T s, TensorView<T
     const auto A = flat_array(a);
     auto O = flat_array(out);
     switch (op) {
-        case ElementwiseOp::add: O = A + s; break;
-        case ElementwiseOp::sub: O = A - s; break;
-        case ElementwiseOp::mul: O = A * s; break;
-        case ElementwiseOp::div: O = A / s; break;
-        case ElementwiseOp::rsub: O = s - A; break;
-        case ElementwiseOp::rdiv: O = s / A; break;
+        case ElementwiseOp::add:
+            O = A + s;
+            break;
+        case ElementwiseOp::sub:
+            O = A - s;
+            break;
+        case ElementwiseOp::mul:
+            O = A * s;
+            break;
+        case ElementwiseOp::div:
+            O = A / s;
+            break;
+        case ElementwiseOp::rsub:
+            O = s - A;
+            break;
+        case ElementwiseOp::rdiv:
+            O = s / A;
+            break;
     }
 }
 
@@ -253,15 +277,15 @@ Tensor<detail::scalar_t<X>> broadcast_add(const X& x, const Y& row) {
     static_assert(std::is_same_v<T, detail::scalar_t<Y>>,
                   "headwise::broadcast_add: x and row must hold the same scalar type; convert "
                   "one of them first");
-    const TensorView<const T> xv = detail::const_view(x);  // [..., n]
+    const TensorView<const T> xv = detail::const_view(x);   // [..., n]
     const TensorView<const T> r = detail::const_view(row);  // [n]
     if (xv.rank() < 1) throw shape_error("headwise::broadcast_add", "x", "[..., n]", xv.shape());
     const Index n = xv.shape().back();
     detail::check_shape("headwise::broadcast_add", "row", r.shape(), Shape{n});
     const Index rows = n == 0 ? 0 : xv.numel() / n;
-    Tensor<T> out(xv.shape());  // [..., n]
-    const MatrixMap<const T> M(xv.data(), rows, n);  // [rows, n]
-    MatrixMap<T> O(out.data(), rows, n);             // [rows, n]
+    Tensor<T> out(xv.shape());                                                   // [..., n]
+    const MatrixMap<const T> M(xv.data(), rows, n);                              // [rows, n]
+    MatrixMap<T> O(out.data(), rows, n);                                         // [rows, n]
     const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> b(r.data(), n);  // [1, n]
     O = M.rowwise() + b;
     return out;

@@ -33,8 +33,8 @@ namespace detail {
 
 /// C[m, n] = op(A) op(B) into existing memory; C must not overlap A or B.
 template <class T>
-void matmul_into(const T* a, Index a_rows, Index a_cols, bool transpose_a, const T* b,
-                 Index b_rows, Index b_cols, bool transpose_b, T* c) {
+void matmul_into(const T* a, Index a_rows, Index a_cols, bool transpose_a, const T* b, Index b_rows,
+                 Index b_cols, bool transpose_b, T* c) {
     const MatrixMap<const T> A(a, a_rows, a_cols);
     const MatrixMap<const T> B(b, b_rows, b_cols);
     MatrixMap<T> C(c, transpose_a ? a_cols : a_rows, transpose_b ? b_rows : b_cols);
@@ -67,11 +67,12 @@ Tensor<detail::scalar_t<X>> matmul(const X& a, const Y& b, bool transpose_a, boo
     constexpr const char* fn = "headwise::matmul";
     const TensorView<const T> A = detail::const_view(a);  // [m, k] or [k, m]
     const TensorView<const T> B = detail::const_view(b);  // [k, n] or [n, k]
-    if (A.rank() != 2) throw shape_error(fn, "a", detail::matrix_pattern("", "m", "k", transpose_a), A.shape());
+    if (A.rank() != 2)
+        throw shape_error(fn, "a", detail::matrix_pattern("", "m", "k", transpose_a), A.shape());
     const Index m = transpose_a ? A.shape()[1] : A.shape()[0];
     const Index k = transpose_a ? A.shape()[0] : A.shape()[1];
-    const Index b_inner = transpose_b ? (B.rank() == 2 ? B.shape()[1] : -1)
-                                      : (B.rank() == 2 ? B.shape()[0] : -1);
+    const Index b_inner =
+        transpose_b ? (B.rank() == 2 ? B.shape()[1] : -1) : (B.rank() == 2 ? B.shape()[0] : -1);
     if (B.rank() != 2 || b_inner != k)
         throw shape_error(fn, "b", detail::matrix_pattern("", std::to_string(k), "n", transpose_b),
                           B.shape());
@@ -99,13 +100,13 @@ Tensor<detail::scalar_t<X>> batched_matmul(const X& a, const Y& b, bool transpos
     const Index N = A.shape()[0];
     const Index m = transpose_a ? A.shape()[2] : A.shape()[1];
     const Index k = transpose_a ? A.shape()[1] : A.shape()[2];
-    const bool b_ok = B.rank() == 3 && B.shape()[0] == N &&
-                      (transpose_b ? B.shape()[2] : B.shape()[1]) == k;
+    const bool b_ok =
+        B.rank() == 3 && B.shape()[0] == N && (transpose_b ? B.shape()[2] : B.shape()[1]) == k;
     if (!b_ok)
-        throw shape_error(fn, "b",
-                          detail::matrix_pattern(std::to_string(N) + ", ", std::to_string(k), "n",
-                                                 transpose_b),
-                          B.shape());
+        throw shape_error(
+            fn, "b",
+            detail::matrix_pattern(std::to_string(N) + ", ", std::to_string(k), "n", transpose_b),
+            B.shape());
     const Index n = transpose_b ? B.shape()[1] : B.shape()[2];
 
     Tensor<T> C(Shape{N, m, n});  // [N, m, n]

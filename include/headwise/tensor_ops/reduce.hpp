@@ -68,9 +68,15 @@ Tensor<T> reduce_axis(const char* function, Reduction op, TensorView<const T> x,
         // the [outer, extent] matrix.
         const MatrixMap<const T> M(x.data(), s.outer, s.extent);  // [outer, extent]
         switch (op) {
-            case Reduction::sum: O.col(0) = M.rowwise().sum(); break;
-            case Reduction::mean: O.col(0) = M.rowwise().mean(); break;
-            case Reduction::max: O.col(0) = M.rowwise().maxCoeff(); break;
+            case Reduction::sum:
+                O.col(0) = M.rowwise().sum();
+                break;
+            case Reduction::mean:
+                O.col(0) = M.rowwise().mean();
+                break;
+            case Reduction::max:
+                O.col(0) = M.rowwise().maxCoeff();
+                break;
         }
         return out;
     }
@@ -78,9 +84,15 @@ Tensor<T> reduce_axis(const char* function, Reduction op, TensorView<const T> x,
         // Slab o is an [extent, inner] matrix; reduce its columns into row o of the output.
         const MatrixMap<const T> M(x.data() + o * s.extent * s.inner, s.extent, s.inner);
         switch (op) {
-            case Reduction::sum: O.row(o) = M.colwise().sum(); break;
-            case Reduction::mean: O.row(o) = M.colwise().mean(); break;
-            case Reduction::max: O.row(o) = M.colwise().maxCoeff(); break;
+            case Reduction::sum:
+                O.row(o) = M.colwise().sum();
+                break;
+            case Reduction::mean:
+                O.row(o) = M.colwise().mean();
+                break;
+            case Reduction::max:
+                O.row(o) = M.colwise().maxCoeff();
+                break;
         }
     }
     return out;
@@ -90,8 +102,8 @@ Tensor<T> reduce_axis(const char* function, Reduction op, TensorView<const T> x,
 
 template <class X, detail::require_tensors<X>>
 Tensor<detail::scalar_t<X>> sum(const X& x, int axis, bool keepdim) {
-    return detail::reduce_axis("headwise::sum", detail::Reduction::sum, detail::const_view(x),
-                               axis, keepdim);
+    return detail::reduce_axis("headwise::sum", detail::Reduction::sum, detail::const_view(x), axis,
+                               keepdim);
 }
 
 template <class X, detail::require_tensors<X>>
@@ -102,8 +114,8 @@ Tensor<detail::scalar_t<X>> mean(const X& x, int axis, bool keepdim) {
 
 template <class X, detail::require_tensors<X>>
 Tensor<detail::scalar_t<X>> max(const X& x, int axis, bool keepdim) {
-    return detail::reduce_axis("headwise::max", detail::Reduction::max, detail::const_view(x),
-                               axis, keepdim);
+    return detail::reduce_axis("headwise::max", detail::Reduction::max, detail::const_view(x), axis,
+                               keepdim);
 }
 
 template <class X, detail::require_tensors<X>>
