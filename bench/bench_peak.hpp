@@ -48,10 +48,12 @@ inline void fma_round(V (&acc)[kPeakChains], V a, V b, Fma fma) {
     for (int c = 0; c < kPeakChains; ++c) acc[c] = fma(acc[c], a, b);
 }
 
-template <class V, class Fma, class Add>
-V fma_rounds(std::int64_t steps, V a, V b, V zero, Fma fma, Add add) {
+// Each chain starts from its own value: chains that start equal and take the same operations
+// stay equal, and GCC merges them into one (then the loop measures FMA latency, not throughput).
+template <class V, class Splat, class Fma, class Add>
+V fma_rounds(std::int64_t steps, V a, V b, Splat splat, Fma fma, Add add) {
     V acc[kPeakChains];
-    for (V& v : acc) v = zero;
+    for (int c = 0; c < kPeakChains; ++c) acc[c] = splat(c);
     for (std::int64_t s = 0; s < steps; ++s) fma_round(acc, a, b, fma);
     for (int width = kPeakChains / 2; width > 0; width /= 2)
         for (int c = 0; c < width; ++c) acc[c] = add(acc[c], acc[c + width]);
@@ -65,7 +67,8 @@ V fma_rounds(std::int64_t steps, V a, V b, V zero, Fma fma, Add add) {
 template <>
 inline float fma_peak<float>(std::int64_t steps, float a, float b) {
     const __m512 r = detail::fma_rounds(
-        steps, _mm512_set1_ps(a), _mm512_set1_ps(b), _mm512_setzero_ps(),
+        steps, _mm512_set1_ps(a), _mm512_set1_ps(b),
+        [](int c) { return _mm512_set1_ps(0.01f * static_cast<float>(c)); },
         [](__m512 x, __m512 y, __m512 z) { return _mm512_fmadd_ps(x, y, z); },
         [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
     alignas(64) float lanes[16];
@@ -78,7 +81,8 @@ inline float fma_peak<float>(std::int64_t steps, float a, float b) {
 template <>
 inline double fma_peak<double>(std::int64_t steps, double a, double b) {
     const __m512d r = detail::fma_rounds(
-        steps, _mm512_set1_pd(a), _mm512_set1_pd(b), _mm512_setzero_pd(),
+        steps, _mm512_set1_pd(a), _mm512_set1_pd(b),
+        [](int c) { return _mm512_set1_pd(0.01 * c); },
         [](__m512d x, __m512d y, __m512d z) { return _mm512_fmadd_pd(x, y, z); },
         [](__m512d x, __m512d y) { return _mm512_add_pd(x, y); });
     alignas(64) double lanes[8];
@@ -98,7 +102,8 @@ PeakKernel fma_peak_kernel() {
 template <>
 inline float fma_peak<float>(std::int64_t steps, float a, float b) {
     const __m256 r = detail::fma_rounds(
-        steps, _mm256_set1_ps(a), _mm256_set1_ps(b), _mm256_setzero_ps(),
+        steps, _mm256_set1_ps(a), _mm256_set1_ps(b),
+        [](int c) { return _mm256_set1_ps(0.01f * static_cast<float>(c)); },
         [](__m256 x, __m256 y, __m256 z) { return _mm256_fmadd_ps(x, y, z); },
         [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); });
     alignas(32) float lanes[8];
@@ -111,7 +116,8 @@ inline float fma_peak<float>(std::int64_t steps, float a, float b) {
 template <>
 inline double fma_peak<double>(std::int64_t steps, double a, double b) {
     const __m256d r = detail::fma_rounds(
-        steps, _mm256_set1_pd(a), _mm256_set1_pd(b), _mm256_setzero_pd(),
+        steps, _mm256_set1_pd(a), _mm256_set1_pd(b),
+        [](int c) { return _mm256_set1_pd(0.01 * c); },
         [](__m256d x, __m256d y, __m256d z) { return _mm256_fmadd_pd(x, y, z); },
         [](__m256d x, __m256d y) { return _mm256_add_pd(x, y); });
     alignas(32) double lanes[4];
@@ -133,7 +139,8 @@ PeakKernel fma_peak_kernel() {
 template <class T>
 T fma_peak(std::int64_t steps, T a, T b) {
     return detail::fma_rounds(
-        steps, a, b, T(0), [](T x, T y, T z) { return x * y + z; },
+        steps, a, b, [](int c) { return T(0.01) * static_cast<T>(c); },
+        [](T x, T y, T z) { return x * y + z; },
         [](T x, T y) { return x + y; });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>   // std::exp, std::sqrt, std::isfinite
 #include <limits>  // std::numeric_limits
+#include <tuple>   // std::get
 #include <vector>  // std::vector
 
 #include "support/catch.hpp"
@@ -141,8 +142,12 @@ TEST_CASE("a row with every key masked attends to nothing: zero output, zero gra
 
 TEST_CASE("attention_backward matches finite differences, masks and dropout included",
           "[ops][attention][gradcheck]") {
-    auto [L, S, D, masks, p] = GENERATE(table<Index, Index, Index, int, double>({
+    // Plain variables, not structured bindings: lambdas capture them (C++17).
+    const auto row = GENERATE(table<Index, Index, Index, int, double>({
         {3, 4, 2, 0, 0.0}, {4, 4, 3, 15, 0.0}, {5, 3, 4, 3, 0.3}, {2, 6, 2, 8, 0.5}}));
+    const Index L = std::get<0>(row), S = std::get<1>(row), D = std::get<2>(row);
+    const int masks = std::get<3>(row);
+    const double p = std::get<4>(row);
     CAPTURE(L, S, D, masks, p);
     std::mt19937_64 rng(7);
     Tensor<bool> mask(Shape{L, S}), padding(Shape{S});

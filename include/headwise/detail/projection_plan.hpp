@@ -2,7 +2,8 @@
 // The GEMMs each Projection performs for Q, K, V, and where each head's block lands.
 #pragma once
 
-#include <array>   // std::array
+#include <array>    // std::array
+#include <cstddef>  // std::size_t
 #include <vector>  // std::vector
 
 #include "../config.hpp"
@@ -104,7 +105,7 @@ inline ProjectionPlan make_projection_plan(Projection projection, const Attentio
         gm.segments = {Segment{kQuery, 0, E}, Segment{kKey, E, E}, Segment{kValue, 2 * E, E}};
         gm.segment_count = 3;
         plan.gemms = {gm};
-        for (int i = 0; i < 3; ++i) plan.heads[i] = interleaved(0, i * E, 3 * E, i);
+        for (int i = 0; i < 3; ++i) plan.heads[static_cast<std::size_t>(i)] = interleaved(0, i * E, 3 * E, i);
     } else if (projection == Projection::fused && kv_same) {
         // Q[B L, E] = Xq Wq^T + bq, then KV[B S, 2E] = Xkv [Wk; Wv]^T + [bk; bv] in one GEMM.
         plan.buffers = {{NL, E}, {NS, 2 * E}};
@@ -120,7 +121,7 @@ inline ProjectionPlan make_projection_plan(Projection projection, const Attentio
         plan.buffers = {{NL, E}, {NS, E}, {NS, E}};
         for (int i = 0; i < 3; ++i) {
             plan.gemms.push_back(one_gemm(i, i, 0, E, 0, E));
-            plan.heads[i] = interleaved(i, 0, E, i);
+            plan.heads[static_cast<std::size_t>(i)] = interleaved(i, 0, E, i);
         }
     } else {
         // 3H GEMMs: head h of input i is X_i W_{i,h}^T + b_{i,h}, into its own contiguous
@@ -137,7 +138,7 @@ inline ProjectionPlan make_projection_plan(Projection projection, const Attentio
             l.head_stride = n_of[i] * D;
             l.row_stride = D;
             l.rows = rows_of[i];
-            plan.heads[i] = l;
+            plan.heads[static_cast<std::size_t>(i)] = l;
         }
     }
     return plan;
