@@ -16,15 +16,17 @@
 //   forward_train     module.train(): forward that also saves what backward needs
 //   backward          backward alone, of one training forward made before the loop
 //   forward_backward  module.train(): a training forward and its backward, per iteration
-// Every case counts FLOP/s over wall time (UseRealTime, so OpenMP builds are timed right):
+// Timing: single-threaded (the default build), each case is timed by the CPU time of the process,
+// which leaves out the time it waits for a core while other processes run; on an idle machine it
+// equals wall time. With OpenMP and more than one thread, by wall time (UseRealTime), since CPU
+// time would add up the threads. Every case counts FLOP/s over that time:
 // self-attention forward is 8 B L E^2 (Q, K, V and output projections) + 4 B L S E (Q K^T and
 // P V, S = L); backward is twice the forward. Each call allocates its own buffers, as a user's
 // call does, and that is part of what is measured.
 //
 // The default set (what scripts/bench.sh runs in a few minutes) is float only: forward_eval and
-// forward_backward on the four main shapes, and forward_eval over the head sweep. `--full` (or
-// HEADWISE_BENCH_FULL=1) adds double, forward_train, backward alone, (1, 4096, 512, 8) forward
-// and forward_backward over the head sweep.
+// forward_backward on the four main shapes and over the head sweep, and the limits. `--full` (or
+// HEADWISE_BENCH_FULL=1) adds double, forward_train, backward alone and (1, 4096, 512, 8) forward.
 
 // GCC 12's own AVX-512 intrinsic headers trip -Wmaybe-uninitialized when Eigen's vectorised code
 // is inlined here (a false positive, GCC bug 105593): hundreds of lines in a -march=native build.
@@ -246,7 +248,7 @@ void bm_gemm_per_head(benchmark::State& state) {
                                  static_cast<double>(p.E));
 }
 
-// ---- what the machine can reach: FMA peak of one core --------------------------------------------
+// ---- what the machine can reach: FMA peak of one core ----------------------------------------
 
 template <class T>
 void bm_fma_peak(benchmark::State& state) {
@@ -265,6 +267,19 @@ void bm_fma_peak(benchmark::State& state) {
 
 // ---- registration -------------------------------------------------------------------------------
 
+/// Wall time when the kernels run on several threads, else the CPU time of the process.
+bool wall_time() {
+    return Eigen::nbThreads() > 1;
+}
+
+/// Applies what every case shares: milliseconds (unless `unit` says otherwise) and the clock.
+benchmark::internal::Benchmark* timed(benchmark::internal::Benchmark* b,
+                                      benchmark::TimeUnit unit = benchmark::kMillisecond) {
+    b->Unit(unit);
+    if (wall_time()) b->UseRealTime();
+    return b;
+}
+
 double largest(const std::vector<double>& v) {
     return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
 }
@@ -274,48 +289,41 @@ void register_mha(Operation op, const Problem& p) {
     for (Projection projection : kProjections) {
         const std::string name = std::string("mha/") + to_string(op) + "/" +
                                  headwise::to_string(projection) + "/" + scalar_name<T>();
-        benchmark::RegisterBenchmark(name.c_str(), bm_mha<T>, op, projection)
+        timed(benchmark::RegisterBenchmark(name.c_str(), bm_mha<T>, op, projection))
             ->Args({p.B, p.L, p.E, p.H})
-            ->ArgNames({"B", "L", "E", "H"})
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
+            ->ArgNames({"B", "L", "E", "H"});
     }
 }
 
 template <class T>
 void register_roofline(const std::vector<Problem>& problems) {
-    // The peak is a capability: a repetition that lost the core to another process only says
-    // less. So it runs 10 short repetitions whatever --benchmark_repetitions says, and besides
-    // the median reports the largest FLOP/s among them ("max").
-    benchmark::RegisterBenchmark((std::string("roofline/fma_peak/") + scalar_name<T>()).c_str(),
-                                 bm_fma_peak<T>)
+    // The peak is a capability: a repetition disturbed by other processes (a lower clock, a lost
+    // core under wall time) only says less. So it runs 10 short repetitions whatever
+    // --benchmark_repetitions says, and besides the median reports the largest FLOP/s ("max").
+    timed(benchmark::RegisterBenchmark(
+              (std::string("roofline/fma_peak/") + scalar_name<T>()).c_str(), bm_fma_peak<T>),
+          benchmark::kMicrosecond)
         ->ComputeStatistics("max", largest)
         ->Repetitions(10)
-        ->MinTime(0.05)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+        ->MinTime(0.05);
     std::set<std::tuple<Index, Index, Index>> seen;
     for (const Problem& p : problems) {
         if (!seen.insert({p.B, p.L, p.E}).second) continue;
         for (auto [family, fn] : {std::pair{"gemm_qkv", bm_gemm_qkv<T>},
                                   std::pair{"gemm_separate", bm_gemm_separate<T>}})
-            benchmark::RegisterBenchmark(
-                (std::string("roofline/") + family + "/" + scalar_name<T>()).c_str(), fn)
+            timed(benchmark::RegisterBenchmark(
+                      (std::string("roofline/") + family + "/" + scalar_name<T>()).c_str(), fn))
                 ->Args({p.B, p.L, p.E})
-                ->ArgNames({"B", "L", "E"})
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime();
+                ->ArgNames({"B", "L", "E"});
     }
     std::set<std::tuple<Index, Index, Index, Index>> seen_heads;
     for (const Problem& p : problems) {
         if (!seen_heads.insert({p.B, p.L, p.E, p.H}).second) continue;
-        benchmark::RegisterBenchmark(
-            (std::string("roofline/gemm_per_head/") + scalar_name<T>()).c_str(),
-            bm_gemm_per_head<T>)
+        timed(benchmark::RegisterBenchmark(
+                  (std::string("roofline/gemm_per_head/") + scalar_name<T>()).c_str(),
+                  bm_gemm_per_head<T>))
             ->Args({p.B, p.L, p.E, p.H})
-            ->ArgNames({"B", "L", "E", "H"})
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
+            ->ArgNames({"B", "L", "E", "H"});
     }
 }
 
@@ -348,7 +356,7 @@ void register_scalar(bool full) {
     for (const Problem& p : sweep) {
         if (is_main(p)) continue;  // already measured with the main shapes
         register_mha<T>(Operation::forward_eval, p);
-        if (full) register_mha<T>(Operation::forward_backward, p);
+        register_mha<T>(Operation::forward_backward, p);
     }
 }
 
@@ -393,6 +401,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("headwise_openmp", "off");
 #endif
     benchmark::AddCustomContext("headwise_threads", std::to_string(Eigen::nbThreads()));
+    benchmark::AddCustomContext("headwise_timing", wall_time() ? "wall" : "cpu");
     benchmark::AddCustomContext("eigen_version", std::to_string(EIGEN_WORLD_VERSION) + "." +
                                                      std::to_string(EIGEN_MAJOR_VERSION) + "." +
                                                      std::to_string(EIGEN_MINOR_VERSION));

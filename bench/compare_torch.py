@@ -10,7 +10,8 @@ Two paths, self-attention (query = key = value), float32, batch_first=True, drop
              (torch._native_multi_head_attention) when it applies; headwise's forward_eval
   training   module.train(), input requiring grad, forward then out.backward(G) (the gradient
              of sum(out * G)); headwise's forward_backward
-Each time is the median of timed calls (time.perf_counter) after warm-up calls. The thread
+Each time is the median of timed calls after warm-up calls, on bench_mha's clock: CPU time of
+the process (time.process_time) with one thread, wall time (time.perf_counter) with more. The thread
 count is matched to headwise's (from its JSON, else --threads, else 1): torch.set_num_threads,
 and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (plus OMP_WAIT_POLICY=PASSIVE with 2 threads) set
 before torch is imported. Ratios are headwise time / torch time: below 1, headwise is faster.
@@ -60,6 +61,7 @@ def main(argv=None):
     args = parse_args(argv)
     hw_path = args.headwise if args.headwise and os.path.exists(args.headwise) else None
     threads = args.threads or (hw_path and headwise_threads(hw_path)) or 1
+    args.clock = "cpu" if threads == 1 else "wall"
 
     # Read by OpenMP and OpenBLAS when torch loads them: set before the import.
     os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -80,9 +82,10 @@ def main(argv=None):
     shapes.sort(key=lambda sm: MAIN_SHAPES.index(sm[0]) if sm[0] in MAIN_SHAPES else 99)
 
     print()
-    print("torch %s: nn.MultiheadAttention, float32, batch_first, %d thread(s) "
+    print("torch %s: nn.MultiheadAttention, float32, batch_first, %d thread(s), %s time "
           "(OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s%s%s)" % (
-              torch.__version__, torch.get_num_threads(), os.environ["OMP_NUM_THREADS"],
+              torch.__version__, torch.get_num_threads(),
+              "CPU" if args.clock == "cpu" else "wall", os.environ["OMP_NUM_THREADS"],
               os.environ["OPENBLAS_NUM_THREADS"],
               ", OMP_WAIT_POLICY=PASSIVE" if threads == 2 else "",
               ", OPENBLAS_CORETYPE=" + os.environ["OPENBLAS_CORETYPE"]
@@ -97,6 +100,7 @@ def main(argv=None):
         "torch_version": torch.__version__,
         "threads": threads,
         "torch_threads": torch.get_num_threads(),
+        "timing": args.clock,
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                              "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE")
                 if k in os.environ},
@@ -140,15 +144,18 @@ def time_case(torch, shape, mode, args):
             out, _ = mha(x, x, x, need_weights=False)
             out.backward(g)  # the gradient of sum(out * g); parameter grads accumulate
 
+    # The same clock as bench_mha: CPU time of the process with one thread (the time spent
+    # waiting for a core on a shared machine left out), wall time with more.
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for _ in range(args.warmup):
         call()
     times = []
     start = time.perf_counter()
     while len(times) < args.min_runs or (time.perf_counter() - start < args.min_time
                                          and len(times) < 200):
-        t0 = time.perf_counter()
+        t0 = clock()
         call()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return 1e3 * statistics.median(times), len(times), _ran_fast_path(torch, call)
 
 

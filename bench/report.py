@@ -8,8 +8,8 @@
 Uses the median of each case's repetitions (the JSON of a run without repetitions works too).
 Every row of the layer is put against two limits measured in the same run: the bare Eigen GEMM of
 the fused projection shape (what the layer can reach) and the FMA peak of one core (what the
-machine can reach). Ratios (per_head / fused, separate / fused) are of wall-clock medians; above 1
-means slower than fused. With --torch, the plot also shows torch.nn.MultiheadAttention from
+machine can reach). Ratios (per_head / fused, separate / fused) are of medians (CPU time for a
+single-threaded run, wall time otherwise, as bench_mha chose); above 1 means slower than fused. With --torch, the plot also shows torch.nn.MultiheadAttention from
 bench/compare_torch.py. Without matplotlib the table is still printed and the plot is skipped.
 """
 
@@ -40,7 +40,7 @@ def parse_name(run_name):
 
 
 def load_results(path):
-    """The context and one record per case: median real time in ms and FLOP/s.
+    """The context and one record per case: median time in ms and FLOP/s.
 
     Returns (context, mha, gemm, peak) with
       mha[(operation, projection, scalar, (B, L, E, H))] = {"ms": ..., "flops": ...}
@@ -51,6 +51,8 @@ def load_results(path):
     """
     with open(path) as f:
         data = json.load(f)
+    # bench_mha times single-threaded runs by CPU time, multithreaded ones by wall time.
+    clock = "real_time" if data.get("context", {}).get("headwise_timing") == "wall" else "cpu_time"
     rows = data.get("benchmarks", [])
     has_median = any(r.get("aggregate_name") == "median" for r in rows)
     mha, gemm, peak = {}, {}, {}
@@ -68,7 +70,7 @@ def load_results(path):
             continue
         parts, args = parse_name(r.get("run_name", r["name"]))
         record = {
-            "ms": r["real_time"] * TIME_TO_MS[r.get("time_unit", "ns")],
+            "ms": r[clock] * TIME_TO_MS[r.get("time_unit", "ns")],
             "flops": r.get("FLOP/s", float("nan")),
             "label": r.get("label", ""),
         }
@@ -135,13 +137,25 @@ def ratio(a, b):
     return a / b
 
 
+MARKDOWN = False  # set by --markdown: tables as GitHub Markdown, for the README
+
+
 def print_table(header, rows, align=None):
     """Aligned text: first column left, the others right, unless `align` says otherwise."""
     widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
     align = align or ["<"] + [">"] * (len(header) - 1)
-    line = lambda row: "  ".join(format(str(c), a + str(w)) for c, w, a in zip(row, widths, align))
-    print(line(header))
-    print("  ".join("-" * w for w in widths))
+    if MARKDOWN:
+        line = lambda row: "| " + " | ".join(
+            format(str(c).replace("|", "/"), a + str(w))
+            for c, w, a in zip(row, widths, align)) + " |"
+        print(line(header))
+        print("|" + "|".join(("-" * (w + 1) + ":") if a == ">" else ("-" * (w + 2))
+                             for w, a in zip(widths, align)) + "|")
+    else:
+        line = lambda row: "  ".join(format(str(c), a + str(w))
+                                     for c, w, a in zip(row, widths, align))
+        print(line(header))
+        print("  ".join("-" * w for w in widths))
     for row in rows:
         print(line(row))
 
@@ -169,8 +183,11 @@ def report(path, torch_path=None, png=None):
         context.get("build_type", "?"), threads, context.get("headwise_set", "?"),
         context.get("eigen_version", "?"), context.get("eigen_simd", "?"),
         "OpenMP " + context.get("headwise_openmp", "?")))
-    print("  medians of %s repetitions, wall-clock time; host load average at start %s" % (
-        _repetitions(path), ", ".join("%.2f" % x for x in context.get("load_avg", []))))
+    print("  medians of %s repetitions, %s; host load average at start %s" % (
+        _repetitions(path),
+        "wall-clock time" if context.get("headwise_timing") == "wall"
+        else "CPU time of the process (1 thread)",
+        ", ".join("%.2f" % x for x in context.get("load_avg", []))))
     print("  fwd = forward in eval mode (inference path); f+b = training forward + backward")
     print("  GFLOP/s counts 8 B L E^2 + 4 B L^2 E per forward, twice that per backward")
     print("  % GEMM = of the bare Eigen GEMM [B L, E] x [E, 3E] (the fused projection) at the")
@@ -311,6 +328,7 @@ def plot(png, context, mha, gemm, peak, threads, torch):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print()
         print("report: matplotlib is not available (python3-matplotlib), so no plot; "
@@ -347,8 +365,9 @@ def plot(png, context, mha, gemm, peak, threads, torch):
                 if value is not None:
                     xs.append(j - 0.4 + width * (i + 0.5))
                     ys.append(value)
-            ax.bar(xs, ys, width, label=name if name != "torch" else "torch 1.13",
-                   color=colors[name])
+            ax.bar(xs, ys, width, color=colors[name],
+                   label=name if name != "torch" else "torch %s" % torch.get("context", {}).get(
+                       "torch_version", "").split("a")[0])
         for j, p in enumerate(shapes):
             g = gemm.get((scalar, p[:3]))
             if g:
@@ -375,20 +394,35 @@ def plot(png, context, mha, gemm, peak, threads, torch):
             if all(v is not None for v in fb):
                 ax.plot(heads, fb, marker="s", linestyle=":", label=name + " f+b",
                         color=colors[name])
+        g = gemm.get((scalar, sweep[0][:3]))
+        ph = [gemm.get(("per_head", scalar, p)) for p in sweep]
+        if g and all(ph):
+            ax.plot(heads, [g["ms"]] * len(heads), linestyle="--", color=colors["fused"],
+                    linewidth=1, label="fused projection GEMM alone")
+            ax.plot(heads, [r["ms"] for r in ph], linestyle="--", color=colors["per_head"],
+                    linewidth=1, label="3H per-head GEMMs alone")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(heads)
         ax.set_xticklabels([str(h) for h in heads])
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 2.2)  # room for the legend above the curves
         ax.set_xlabel("heads H (D = %d / H)" % sweep[0][2])
         ax.set_ylabel("ms (%s)" % scalar)
         ax.set_title("head sweep, B=%d L=%d E=%d" % sweep[0][:3], fontsize=10)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6.5, loc="upper left", ncol=2)
     else:
         ax.set_visible(False)
 
-    fig.suptitle("headwise MultiheadAttention, %s, %d thread%s; medians (build_type=%s)" % (
-        scalar, threads, "s" if threads > 1 else "", context.get("build_type", "?")), fontsize=11)
+    fig.suptitle("headwise MultiheadAttention, %s, %d thread%s, self-attention; medians of %s "
+                 "time (build_type=%s)" % (
+                     scalar, threads, "s" if threads > 1 else "",
+                     "wall" if context.get("headwise_timing") == "wall" else "CPU",
+                     context.get("build_type", "?")), fontsize=11)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
     fig.savefig(png, dpi=80)
@@ -407,7 +441,11 @@ def main(argv=None):
     parser.add_argument("json", help="JSON written by bench_mha --benchmark_out")
     parser.add_argument("--torch", help="JSON written by bench/compare_torch.py, for the plot")
     parser.add_argument("--png", help="where to write the plot (default: next to the JSON)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the tables as GitHub Markdown (for the README)")
     args = parser.parse_args(argv)
+    global MARKDOWN
+    MARKDOWN = args.markdown
     png = args.png or os.path.join(os.path.dirname(os.path.abspath(args.json)), "bench.png")
     return report(args.json, args.torch, png)
 

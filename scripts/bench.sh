@@ -5,8 +5,8 @@
 # shapes (bench/compare_torch.py, skipped without torch), and prints the table (bench/report.py).
 #
 #   bash scripts/bench.sh            the default set (float, 4 shapes, head sweep): a few minutes
-#   bash scripts/bench.sh --full     everything: double too, forward_train, backward alone,
-#                                    (1, 4096, 512, 8), the sweep with backward; 5 repetitions
+#   bash scripts/bench.sh --full     everything: double too, forward_train, backward alone and
+#                                    (1, 4096, 512, 8) forward; 5 repetitions
 #   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   e.g. --benchmark_filter=fused
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #

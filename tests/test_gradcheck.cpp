@@ -171,26 +171,28 @@ TEST_CASE("gradcheck flags NaN gradients", "[gradcheck]") {
 }
 
 TEST_CASE("zero partials are judged against the gradient's scale", "[gradcheck]") {
-    // f = a ⊙ b with zeros in b: those partials of a are exactly 0 analytically, and their
-    // finite differences are 0 up to rounding; the floor keeps the rounding from counting.
+    // f(x) = x ⊙ x ⊙ x has gradient 3 x^2 ⊙ G: exactly 0 where x is 0, while the central
+    // difference there is (eps^3 + eps^3) / (2 eps) * G = eps^2 G, its truncation error. Against
+    // itself that would be a 100% error; the floor judges it against the gradient's scale.
     std::mt19937_64 rng(42);
-    Inputs ab = random_inputs(rng, {Shape{4, 5}, Shape{4, 5}});
-    for (Index j = 0; j < 5; ++j) ab[1](2, j) = 0.0;
-    const GradFunction f = [](const Inputs& x) { return x[0] * x[1]; };
-    const BackwardFunction df = [](const Inputs& x, const Tensor<double>& dY) {
-        return Inputs{dY * x[1], dY * x[0]};
+    Inputs x = random_inputs(rng, {Shape{4, 5}});
+    for (Index j = 0; j < 5; ++j) x[0](2, j) = 0.0;
+    const GradFunction f = [](const Inputs& in) { return in[0] * in[0] * in[0]; };
+    const BackwardFunction df = [](const Inputs& in, const Tensor<double>& dY) {
+        return Inputs{dY * in[0] * in[0] * 3.0};
     };
-    const GradcheckResult r = headwise::gradcheck(f, df, ab, rng);
+    const GradcheckResult r = headwise::gradcheck(f, df, x, rng);
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 20);
 
     // Claiming a nonzero gradient where the true one is 0 still fails.
-    const BackwardFunction wrong = [](const Inputs& x, const Tensor<double>& dY) {
-        Inputs g{dY * x[1], dY * x[0]};
+    const BackwardFunction wrong = [](const Inputs& in, const Tensor<double>& dY) {
+        Inputs g{dY * in[0] * in[0] * 3.0};
         g[0](2, 3) = 0.5;
         return g;
     };
-    const GradcheckResult w = headwise::gradcheck(f, wrong, ab, rng);
+    const GradcheckResult w = headwise::gradcheck(f, wrong, x, rng);
     CHECK_FALSE(w.ok);
     CHECK_THAT(w.where, StartsWith("input 0 [2, 3]: analytic 0.5, numeric "));
 }

@@ -426,24 +426,38 @@ TEST_CASE("load_state_dict is strict and changes nothing on error", "[mha][state
         sd.erase("out_proj.bias");
         REQUIRE_THROWS_AS(m.load_state_dict(sd), std::invalid_argument);
         REQUIRE_THROWS_WITH(m.load_state_dict(sd),
-                            "headwise::MultiheadAttention::load_state_dict: state: missing entry "
-                            "'out_proj.bias'");
+                            "headwise::MultiheadAttention::load_state_dict: out_proj.bias: missing "
+                            "from the state dict, expected shape [8]");
     }
     SECTION("unexpected entry") {
         sd["q_proj_weight"] = Tensor<double>(Shape{8, 8});
         REQUIRE_THROWS_WITH(m.load_state_dict(sd),
-                            "headwise::MultiheadAttention::load_state_dict: state: unexpected "
-                            "entry 'q_proj_weight'");
+                            "headwise::MultiheadAttention::load_state_dict: q_proj_weight: "
+                            "unexpected key in the state dict (shape [8, 8]); expected keys: "
+                            "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias");
     }
     SECTION("wrong shape") {
         sd["out_proj.weight"] = Tensor<double>(Shape{8, 7});
         REQUIRE_THROWS_AS(m.load_state_dict(sd), shape_error);
         REQUIRE_THROWS_WITH(m.load_state_dict(sd),
-                            "headwise::MultiheadAttention::load_state_dict: "
-                            "state['out_proj.weight']: expected shape [8, 8], got [8, 7]");
+                            "headwise::MultiheadAttention::load_state_dict: out_proj.weight: "
+                            "expected shape [8, 8], got [8, 7]");
     }
-    if (m.state_dict().at("in_proj_bias")(3) != 1.0) {
-        for (const auto& [name, t] : m.state_dict()) HEADWISE_CHECK_CLOSE(t, before.at(name), 0.0);
+}
+
+TEST_CASE("a failed load_state_dict leaves every parameter as it was", "[mha][state]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    MultiheadAttention<double> m(o, 0);
+    const auto before = m.state_dict();
+    auto sd = before;
+    for (auto& [name, t] : sd) t.fill(3.0);            // every entry valid ...
+    sd["out_proj.bias"] = Tensor<double>(Shape{7});   // ... but the last one checked
+    REQUIRE_THROWS_AS(m.load_state_dict(sd), shape_error);
+    for (const auto& [name, t] : m.state_dict()) {
+        CAPTURE(name);
+        HEADWISE_CHECK_CLOSE(t, before.at(name), 0.0);
     }
 }
 

@@ -49,9 +49,10 @@ using BackwardFunction = std::function<std::vector<Tensor<double>>(
 /// subtracted (less cancellation). Cost: two evaluations of f per checked element.
 ///
 /// Relative error of a partial: |a - n| / max(|a|, |n|, floor), where the floor of input i is
-/// 1e-3 times the largest |numeric| partial of that input. Near-zero partials, whose finite
-/// differences are mostly rounding noise, are thereby judged against the scale of the input's
-/// whole gradient instead of against themselves; an error that is 0 counts as 0 (never 0 / 0).
+/// 1e-3 times the largest |numeric| partial of that input. A near-zero partial, whose finite
+/// difference is mostly rounding and truncation error (O(eps^2)), is thereby judged against the
+/// scale of the input's whole gradient instead of against itself, while a wrong one still stands
+/// out; an error that is exactly 0 counts as 0 (never 0 / 0). NaN on either side fails.
 /// `where` describes the partial with the largest relative error (empty if none was checked).
 ///
 /// Throws std::invalid_argument when eps or tolerance is not positive, when backward returns

@@ -59,7 +59,7 @@ inline constexpr bool all_integral_v = (std::is_integral_v<I> && ...);
 template <class... I>
 Index offset_of(const Shape& shape, I... idx) {
     HEADWISE_ASSERT(static_cast<int>(sizeof...(I)) == shape.rank());
-    const Index index[] = {static_cast<Index>(idx)...};
+    const Index index[sizeof...(I) + 1] = {static_cast<Index>(idx)..., 0};  // +1: rank 0 too
     Index off = 0;
     for (int a = 0; a < static_cast<int>(sizeof...(I)); ++a) {
         HEADWISE_ASSERT(index[a] >= 0 && index[a] < shape[a]);
@@ -177,16 +177,20 @@ public:
 
     /// The [numel / last, last] row-major matrix over the same memory (no copy).
     MatrixMap<T> matrix() const {
-        const Index cols = rank() == 0 ? 1 : shape_.back();
-        return MatrixMap<T>(data_, cols == 0 ? 0 : numel() / cols, cols);
+        return MatrixMap<T>(data_, leading_rows(), rank() == 0 ? 1 : shape_.back());
     }
     /// Columns [first, first + count) of matrix(), strided, no copy: head h of a [rows, E]
     /// projection is `column_block(h * D, D)`.
     StridedMatrixMap<T> column_block(Index first, Index count) const {
         HEADWISE_ASSERT(first >= 0 && count >= 0 && first + count <= shape_.back());
-        const Index cols = shape_.back();
-        return StridedMatrixMap<T>(data_ + first, cols == 0 ? 0 : numel() / cols, count,
-                                   Eigen::OuterStride<>(cols));
+        return StridedMatrixMap<T>(data_ + first, leading_rows(), count,
+                                   Eigen::OuterStride<>(shape_.back()));
+    }
+    /// Product of every extent but the last: the rows of matrix().
+    Index leading_rows() const noexcept {
+        Index rows = 1;
+        for (int a = 0; a + 1 < rank(); ++a) rows *= shape_[a];
+        return rows;
     }
 
     friend std::ostream& operator<<(std::ostream& os, const TensorView& v) {

@@ -15,7 +15,10 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/parallel.hpp"
 #include "../detail/projection_plan.hpp"
+#include "../detail/state_dict.hpp"
+#include "../detail/workspace.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
 #include "../ops/attention.hpp"
@@ -177,6 +180,11 @@ private:
     // contiguous [D, in] row block of it.
     Tensor<T> w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_;
     Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
+    // Scratch reused by every call: forward's buffers that backward does not need (all of them
+    // in eval mode), and backward's intermediates. Hence one module must not run two calls at
+    // the same time; copies of it may.
+    detail::Workspace<T> workspace_;
+    enum : std::size_t { kWsKx, kWsVx, kWsP, kWsA, kWsCtx, kWsDctx, kWsY, kWsDy = kWsY + 3 };
 };
 
 // ================================================================================================
@@ -361,29 +369,43 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     s.x_of[kValue] = self ? kQuery : (kv_same ? kKey : kValue);
 
     // ---- 1. in-projection: Q = Xq Wq^T + bq, K = Xk Wk^T + bk, V = Xv Wv^T + bv --------------
-    for (const auto& rc : s.plan.buffers) s.y.emplace_back(Shape{rc[0], rc[1]});
+    // Buffers backward needs live in `s` (training mode); the others in the workspace.
+    std::vector<T*> y;  // projection buffers, plan.buffers[i] = [rows, cols]
+    for (std::size_t i = 0; i < s.plan.buffers.size(); ++i) {
+        const Shape shape{s.plan.buffers[i][0], s.plan.buffers[i][1]};
+        if (training) {
+            s.y.emplace_back(shape);
+            y.push_back(s.y.back().data());
+        } else {
+            y.push_back(workspace_.get(kWsY + i, shape, false).data());
+        }
+    }
     for (const detail::ProjectionGemm& gm : s.plan.gemms) {
         const TensorView<const T>& X = args[gm.input];  // [B N, in]
         MatrixMap<const T> W(w_in_.data() + gm.w_offset, gm.w_rows, gm.in);
         const T* b = options_.bias ? b_in_.data() + gm.b_offset : nullptr;
-        StridedMatrixMap<T> Y(s.y[static_cast<std::size_t>(gm.buffer)].data() + gm.y_offset,
-                              X.size(0), gm.w_rows, Eigen::OuterStride<>(gm.y_stride));
+        StridedMatrixMap<T> Y(y[static_cast<std::size_t>(gm.buffer)] + gm.y_offset, X.size(0),
+                              gm.w_rows, Eigen::OuterStride<>(gm.y_stride));
         ops::linear_forward<T>(X.matrix(), W, b, Y);
     }
     detail::HeadLayout lq = s.plan.heads[kQuery], lk = s.plan.heads[kKey],
                        lv = s.plan.heads[kValue];
-    const T* ydata[3] = {s.y[static_cast<std::size_t>(lq.buffer)].data(),
-                         s.y[static_cast<std::size_t>(lk.buffer)].data(),
-                         s.y[static_cast<std::size_t>(lv.buffer)].data()};
+    const T* ydata[3] = {y[static_cast<std::size_t>(lq.buffer)], y[static_cast<std::size_t>(lk.buffer)],
+                         y[static_cast<std::size_t>(lv.buffer)]};
 
     // ---- 2. append bias_k / bias_v, then a zero key and value (torch's order) ----------------
     if (Sx != S) {
-        s.kx = Tensor<T>(Shape{B, H_, Sx, D_});  // [B, H, S', D]
-        s.vx = Tensor<T>(Shape{B, H_, Sx, D_});  // [B, H, S', D]
+        const Shape shape{B, H_, Sx, D_};
+        if (training) {
+            s.kx = Tensor<T>(shape);
+            s.vx = Tensor<T>(shape);
+        }
+        T* kx = training ? s.kx.data() : workspace_.get(kWsKx, shape, true).data();  // [B, H, S', D]
+        T* vx = training ? s.vx.data() : workspace_.get(kWsVx, shape, true).data();  // [B, H, S', D]
         for (Index b = 0; b < B; ++b)
             for (Index h = 0; h < H_; ++h) {
-                MatrixMap<T> Kx(s.kx.data() + (b * H_ + h) * Sx * D_, Sx, D_);
-                MatrixMap<T> Vx(s.vx.data() + (b * H_ + h) * Sx * D_, Sx, D_);
+                MatrixMap<T> Kx(kx + (b * H_ + h) * Sx * D_, Sx, D_);
+                MatrixMap<T> Vx(vx + (b * H_ + h) * Sx * D_, Sx, D_);
                 Kx.topRows(S) = detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_);
                 Vx.topRows(S) = detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_);
                 if (bias_kv) {
@@ -395,60 +417,69 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         const detail::HeadLayout appended{0, 0, H_ * Sx * D_, Sx * D_, D_, Sx};
         lk = appended;
         lv = appended;
-        ydata[kKey] = s.kx.data();
-        ydata[kValue] = s.vx.data();
+        ydata[kKey] = kx;
+        ydata[kValue] = vx;
     }
 
     // ---- 3. attention per (batch, head): O_bh = dropout(softmax(scale Q K^T + mask)) V -------
+    // P is kept whole [B, H, L, S'] when backward or the caller needs it; otherwise each thread
+    // reuses one [L, S'] slice. Slices are independent, so they may run on several threads.
     const bool keep_p = training || masks.need_weights;
+    const bool average = masks.need_weights && masks.average_attn_weights;
     const Index LS = L * Sx;
-    Tensor<T> P = keep_p ? Tensor<T>(Shape{B, H_, L, Sx}) : Tensor<T>(Shape{L, Sx});
-    Tensor<T> A = dropout.active() ? Tensor<T>(Shape{L, Sx}) : Tensor<T>();  // [L, S']
-    Tensor<T> weights;
-    if (masks.need_weights)
-        weights = masks.average_attn_weights ? Tensor<T>(Shape{B, L, Sx})
-                                             : Tensor<T>(Shape{B, H_, L, Sx});
-    s.ctx = Tensor<T>(Shape{B * L, E_});  // [B L, E] = Concat(head_1, ..., head_H)
+    const int threads = detail::max_threads();
+    if (training) s.P = Tensor<T>(Shape{B, H_, L, Sx});
+    const TensorView<T> P = training ? s.P.view()
+                                     : workspace_.get(kWsP, keep_p ? Shape{B, H_, L, Sx} : Shape{threads, L, Sx}, false);
+    const TensorView<T> A = workspace_.get(kWsA, dropout.active() ? Shape{threads, L, Sx} : Shape{0}, false);
+    // Per-head weights after dropout, when they differ from P and are asked for.
+    Tensor<T> weights = masks.need_weights && (!average || dropout.active())
+                            ? Tensor<T>(Shape{B, H_, L, Sx})
+                            : Tensor<T>();
+    if (training) s.ctx = Tensor<T>(Shape{B * L, E_});
+    const TensorView<T> ctx = training ? s.ctx.view() : workspace_.get(kWsCtx, Shape{B * L, E_}, false);  // [B L, E] = Concat(head_1, ..., head_H)
     const bool* attn_mask = masks.attn_mask.empty() ? nullptr : masks.attn_mask.data();
     const T* attn_bias = masks.attn_bias.empty() ? nullptr : masks.attn_bias.data();
     const bool per_slice_mask = masks.attn_mask.rank() == 4;
     const bool per_slice_bias = masks.attn_bias.rank() == 4;
-    for (Index b = 0; b < B; ++b) {
-        for (Index h = 0; h < H_; ++h) {
-            const Index slice = b * H_ + h;
-            ops::ScoreMask<T> mask;
-            if (attn_mask) mask.mask = attn_mask + (per_slice_mask ? slice * L * S : 0);
-            mask.mask_ld = S;
-            if (attn_bias) mask.bias = attn_bias + (per_slice_bias ? slice * L * S : 0);
-            mask.bias_ld = S;
-            if (!masks.key_padding_mask.empty())
-                mask.key_padding = masks.key_padding_mask.data() + b * S;
-            mask.causal = masks.is_causal;
-            mask.masked_keys = S;
-            MatrixMap<T> Pbh(P.data() + (keep_p ? slice * LS : 0), L, Sx);  // [L, S']
-            MatrixMap<T> Abh(dropout.active() ? A.data() : Pbh.data(), L, Sx);
-            ops::attention_forward<T>(
-                detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
-                detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
-                detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_), mask, scale,
-                dropout, static_cast<std::uint64_t>(slice), Pbh, Abh,
-                s.ctx.matrix().block(b * L, h * D_, L, D_));
-            if (masks.need_weights) {
-                // torch returns the weights after dropout, averaged over heads on request.
-                if (masks.average_attn_weights) {
-                    MatrixMap<T> Wb(weights.data() + b * LS, L, Sx);
-                    Wb += Abh / static_cast<T>(H_);
-                } else {
-                    MatrixMap<T>(weights.data() + slice * LS, L, Sx) = Abh;
-                }
-            }
+    detail::parallel_for(B * H_, [&](Index slice, int thread) {
+        const Index b = slice / H_, h = slice % H_;
+        ops::ScoreMask<T> mask;
+        if (attn_mask) mask.mask = attn_mask + (per_slice_mask ? slice * L * S : 0);
+        mask.mask_ld = S;
+        if (attn_bias) mask.bias = attn_bias + (per_slice_bias ? slice * L * S : 0);
+        mask.bias_ld = S;
+        if (!masks.key_padding_mask.empty())
+            mask.key_padding = masks.key_padding_mask.data() + b * S;
+        mask.causal = masks.is_causal;
+        mask.masked_keys = S;
+        MatrixMap<T> Pbh(P.data() + (keep_p ? slice : thread) * LS, L, Sx);  // [L, S']
+        MatrixMap<T> Abh(dropout.active() ? A.data() + thread * LS : Pbh.data(), L, Sx);
+        ops::attention_forward<T>(
+            detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
+            detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
+            detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_), mask, scale, dropout,
+            static_cast<std::uint64_t>(slice), Pbh, Abh,
+            ctx.matrix().block(b * L, h * D_, L, D_));
+        if (!weights.empty()) MatrixMap<T>(weights.data() + slice * LS, L, Sx) = Abh;
+    });
+    if (average) {
+        // torch returns the weights after dropout, averaged over heads: [B, L, S'].
+        const TensorView<const T> per_head = weights.empty() ? TensorView<const T>(P) : weights.view();  // [B, H, L, S']
+        Tensor<T> avg(Shape{B, L, Sx});
+        for (Index b = 0; b < B; ++b) {
+            MatrixMap<T> Wb(avg.data() + b * LS, L, Sx);
+            for (Index h = 0; h < H_; ++h)
+                Wb += MatrixMap<const T>(per_head.data() + (b * H_ + h) * LS, L, Sx);
+            Wb /= static_cast<T>(H_);
         }
+        weights = std::move(avg);
     }
 
     // ---- 4. output = ctx W_o^T + b_o -----------------------------------------------------------
     AttentionForward<T> result;
     result.output = Tensor<T>(query.shape());  // [B, L, E]
-    ops::linear_forward<T>(s.ctx.matrix(), w_out_.matrix(), options_.bias ? b_out_.data() : nullptr,
+    ops::linear_forward<T>(ctx.matrix(), w_out_.matrix(), options_.bias ? b_out_.data() : nullptr,
                            result.output.view().reshape(Shape{B * L, E_}).matrix());
     if (masks.need_weights) {
         if (!batched) weights = std::move(weights).reshape(weights.shape().drop_front());
@@ -457,7 +488,6 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     if (training) {
         for (int i = 0; i < 3; ++i)
             if (s.x_of[i] == i) s.x[i] = Tensor<T>(args[i]);
-        s.P = std::move(P);
         result.saved = std::move(saved);
     }
     return result;
@@ -484,26 +514,27 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
 
     // ---- 4. output = ctx W_o^T + b_o  ->  dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout
     const MatrixMap<const T> dout = grad_output.reshape(Shape{B * L, E_}).matrix();  // [B L, E]
-    Tensor<T> dctx(Shape{B * L, E_});                                               // [B L, E]
+    const TensorView<T> dctx = workspace_.get(kWsDctx, Shape{B * L, E_}, true);     // [B L, E]
     ops::linear_backward<T>(s.ctx.matrix(), w_out_.matrix(), dout, dctx.matrix(), gw_out_.matrix(),
                             options_.bias ? gb_out_.data() : nullptr);
 
     // ---- 3. attention per (batch, head), in reverse -------------------------------------------
-    std::vector<Tensor<T>> dy;  // gradients of the projection buffers, same layouts
-    for (const auto& rc : s.plan.buffers) dy.emplace_back(Shape{rc[0], rc[1]});
+    std::vector<T*> dy;  // gradients of the projection buffers, same layouts
+    for (std::size_t i = 0; i < s.plan.buffers.size(); ++i)
+        dy.push_back(workspace_.get(kWsDy + i, Shape{s.plan.buffers[i][0], s.plan.buffers[i][1]}, true).data());
     detail::HeadLayout lq = s.plan.heads[kQuery], lk = s.plan.heads[kKey],
                        lv = s.plan.heads[kValue];
     const T* ydata[3] = {s.y[static_cast<std::size_t>(lq.buffer)].data(),
                          s.y[static_cast<std::size_t>(lk.buffer)].data(),
                          s.y[static_cast<std::size_t>(lv.buffer)].data()};
-    T* dq = dy[static_cast<std::size_t>(lq.buffer)].data();
-    T* dk = dy[static_cast<std::size_t>(lk.buffer)].data();
-    T* dv = dy[static_cast<std::size_t>(lv.buffer)].data();
-    Tensor<T> dkx, dvx;  // [B, H, S', D] when keys were appended
+    T* dq = dy[static_cast<std::size_t>(lq.buffer)];
+    T* dk = dy[static_cast<std::size_t>(lk.buffer)];
+    T* dv = dy[static_cast<std::size_t>(lv.buffer)];
+    TensorView<T> dkx, dvx;  // [B, H, S', D] when keys were appended
     const detail::HeadLayout lk_proj = lk, lv_proj = lv;
     if (Sx != S) {
-        dkx = Tensor<T>(s.kx.shape());
-        dvx = Tensor<T>(s.vx.shape());
+        dkx = workspace_.get(kWsKx, s.kx.shape(), true);
+        dvx = workspace_.get(kWsVx, s.vx.shape(), true);
         const detail::HeadLayout appended{0, 0, H_ * Sx * D_, Sx * D_, D_, Sx};
         lk = appended;
         lv = appended;
@@ -512,24 +543,24 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
         dk = dkx.data();
         dv = dvx.data();
     }
-    Tensor<T> scratch(Shape{L, Sx});  // [L, S']
-    for (Index b = 0; b < B; ++b)
-        for (Index h = 0; h < H_; ++h) {
-            const Index slice = b * H_ + h;
-            ops::attention_backward<T>(
-                detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
-                detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
-                detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_),
-                MatrixMap<const T>(s.P.data() + slice * LS, L, Sx), s.scale, s.dropout,
-                static_cast<std::uint64_t>(slice), dctx.matrix().block(b * L, h * D_, L, D_),
-                scratch.matrix(), detail::head_block(dq, lq, b, h, D_),
-                detail::head_block(dk, lk, b, h, D_), detail::head_block(dv, lv, b, h, D_));
-        }
+    const int threads = detail::max_threads();
+    const TensorView<T> scratch = workspace_.get(kWsP, Shape{threads, L, Sx}, false);  // [threads, L, S']
+    detail::parallel_for(B * H_, [&](Index slice, int thread) {
+        const Index b = slice / H_, h = slice % H_;
+        ops::attention_backward<T>(
+            detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
+            detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
+            detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_),
+            MatrixMap<const T>(s.P.data() + slice * LS, L, Sx), s.scale, s.dropout,
+            static_cast<std::uint64_t>(slice), dctx.matrix().block(b * L, h * D_, L, D_),
+            MatrixMap<T>(scratch.data() + thread * LS, L, Sx), detail::head_block(dq, lq, b, h, D_),
+            detail::head_block(dk, lk, b, h, D_), detail::head_block(dv, lv, b, h, D_));
+    });
 
     // ---- 2. appended keys: bias_k, bias_v collect their rows; the zero row has no parameter --
     if (Sx != S) {
-        T* dk_proj = dy[static_cast<std::size_t>(lk_proj.buffer)].data();
-        T* dv_proj = dy[static_cast<std::size_t>(lv_proj.buffer)].data();
+        T* dk_proj = dy[static_cast<std::size_t>(lk_proj.buffer)];
+        T* dv_proj = dy[static_cast<std::size_t>(lv_proj.buffer)];
         for (Index b = 0; b < B; ++b)
             for (Index h = 0; h < H_; ++h) {
                 MatrixMap<const T> dKx(dkx.data() + (b * H_ + h) * Sx * D_, Sx, D_);
@@ -551,7 +582,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     for (const detail::ProjectionGemm& gm : s.plan.gemms) {
         const Tensor<T>& X = s.x[s.x_of[gm.input]];  // [B N, in]
         MatrixMap<const T> W(w_in_.data() + gm.w_offset, gm.w_rows, gm.in);
-        StridedMatrixMap<T> dY(dy[static_cast<std::size_t>(gm.buffer)].data() + gm.y_offset,
+        StridedMatrixMap<T> dY(dy[static_cast<std::size_t>(gm.buffer)] + gm.y_offset,
                                X.size(0), gm.w_rows, Eigen::OuterStride<>(gm.y_stride));
         MatrixMap<T> dW(gw_in_.data() + gm.w_offset, gm.w_rows, gm.in);
         ops::linear_backward_weight<T>(dY, X.matrix(), dW);
@@ -627,22 +658,10 @@ typename MultiheadAttention<T>::StateDict MultiheadAttention<T>::grad_dict() con
 
 template <class T>
 void MultiheadAttention<T>::load_state_dict(const StateDict& state) {
-    constexpr const char* fn = "headwise::MultiheadAttention::load_state_dict";
     const auto views = Views::of(*this);
-    for (const auto& [name, value, grad] : views) {
-        const auto it = state.find(name);
-        if (it == state.end())
-            throw std::invalid_argument(std::string(fn) + ": state: missing entry '" + name + "'");
-        detail::check_shape(fn, ("state['" + name + "']").c_str(), it->second.shape(),
-                            value.shape());
-    }
-    for (const auto& entry : state) {
-        bool known = false;
-        for (const auto& v : views) known = known || std::get<0>(v) == entry.first;
-        if (!known)
-            throw std::invalid_argument(std::string(fn) + ": state: unexpected entry '" +
-                                        entry.first + "'");
-    }
+    detail::ParameterShapes expected;
+    for (const auto& [name, value, grad] : views) expected.emplace_back(name, value.shape());
+    detail::check_state_dict("headwise::MultiheadAttention::load_state_dict", state, expected);
     for (const auto& [name, value, grad] : views) {
         const Tensor<T>& src = state.at(name);
         std::copy(src.begin(), src.end(), value.data());

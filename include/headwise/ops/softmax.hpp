@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 
+#include <cmath>   // std::log
 #include <limits>  // std::numeric_limits
 
 #include "../config.hpp"
@@ -50,6 +51,9 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
     const Index R = S.rows(), C = S.cols();
     if (C == 0) return;
     constexpr T kMasked = -std::numeric_limits<T>::infinity();
+    constexpr Index kChunk = 64;
+    const T kMinExponent = std::log(std::numeric_limits<T>::min());  // -87.3 float, -708.4 double
+    Eigen::Array<T, 1, kChunk> chunk;  // one chunk of a row's scores
 
     for (Index i = 0; i < R; ++i) {
         // Softmax is invariant to shifting a row by a constant, so subtract the row max m:
@@ -60,9 +64,20 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
             P.row(i).setZero();
             continue;
         }
-        // Masked entries are set to exactly 0 explicitly: Eigen's vectorised exp returns a
-        // subnormal, not 0, for -infinity.
-        P.row(i) = (S.row(i).array() == kMasked).select(T(0), (S.row(i).array() - m).exp());
+        // exp(s - m) in chunks: each chunk of scores is copied first, so that the vectorised
+        // exp may overwrite it in place (P may be S) and the scores are still known for the
+        // fix-up. It sets exactly 0 wherever s - m is below log(smallest normal T), masked
+        // entries (-inf) included: Eigen's vectorised exp clamps its argument and returns a tiny
+        // positive number there, where the true value is 0 or a subnormal that cannot move a
+        // sum >= 1. (An Eigen select() would do both in one expression, but select() is
+        // evaluated one scalar at a time, exp included.)
+        for (Index j0 = 0; j0 < C; j0 += kChunk) {
+            const Index n = C - j0 < kChunk ? C - j0 : kChunk;
+            chunk.head(n) = S.row(i).segment(j0, n).array();
+            P.row(i).segment(j0, n).array() = (chunk.head(n) - m).exp();
+            for (Index k = 0; k < n; ++k)
+                if (!(chunk[k] - m >= kMinExponent)) P(i, j0 + k) = T(0);
+        }
         const T sum = P.row(i).sum();  // >= 1
         P.row(i) *= T(1) / sum;
     }
