@@ -19,6 +19,8 @@ using headwise::Tensor;
 using headwise::TensorView;
 namespace reference = headwise::reference;
 
+using headwise::test::identical;
+
 namespace {
 
 /// out[i] = op(a[i], b[i]) in double: the oracle of every binary elementwise operation.
@@ -30,14 +32,6 @@ Tensor<double> zip(const Tensor<double>& a, const Tensor<double>& b, Op op) {
 }
 
 /// Exact equality of two tensors of one type (operators must give what the functions give).
-template <class T>
-bool identical(const Tensor<T>& a, const Tensor<T>& b) {
-    if (a.shape() != b.shape()) return false;
-    for (Index i = 0; i < a.numel(); ++i)
-        if (!(a.data()[i] == b.data()[i])) return false;
-    return true;
-}
-
 Shape shape_from(Index d0, Index d1, Index d2) { return Shape{d0, d1, d2}; }
 
 }  // namespace

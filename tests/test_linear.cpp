@@ -13,6 +13,7 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/match.hpp"
 #include "support/distribution.hpp"
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
@@ -23,6 +24,8 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 namespace reference = headwise::reference;
+
+using headwise::test::identical;
 
 namespace {
 
@@ -41,14 +44,6 @@ void check_close(TensorView<const T> actual, TensorView<const double> expected, 
 }
 
 /// True when the two tensors have the same shape and bit-identical elements.
-template <class T>
-bool identical(TensorView<const T> a, TensorView<const T> b) {
-    if (a.shape() != b.shape()) return false;
-    for (Index i = 0; i < a.numel(); ++i)
-        if (a[i] != b[i]) return false;
-    return true;
-}
-
 /// True when every element of `t` equals `value`.
 template <class T>
 bool all_equal(TensorView<const T> t, T value) {

@@ -9,6 +9,7 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/match.hpp"
 #include "support/reference.hpp"
 
 using headwise::Index;
@@ -17,17 +18,8 @@ using headwise::Tensor;
 using headwise::TensorView;
 namespace reference = headwise::reference;
 
-namespace {
+using headwise::test::identical;
 
-template <class T>
-bool identical(TensorView<const T> a, TensorView<const T> b) {
-    if (a.shape() != b.shape()) return false;
-    for (Index i = 0; i < a.numel(); ++i)
-        if (!(a.data()[i] == b.data()[i])) return false;
-    return true;
-}
-
-}  // namespace
 
 TEMPLATE_TEST_CASE("permute matches the reference for every permutation of rank 4", "[permute]",
                    float, double) {

@@ -34,6 +34,19 @@ ScaledDifference scaled_difference(const X& a, const Y& b) {
     return d;
 }
 
+/// True when `a` and `b` have the same shape and equal elements (exact comparison).
+template <class T>
+bool identical(TensorView<const T> a, TensorView<const T> b) {
+    if (a.shape() != b.shape()) return false;
+    for (Index i = 0; i < a.numel(); ++i)
+        if (!(a[i] == b[i])) return false;
+    return true;
+}
+template <class T>
+bool identical(const Tensor<T>& a, const Tensor<T>& b) {
+    return identical<T>(a.view(), b.view());
+}
+
 }  // namespace headwise::test
 
 /// CHECKs that `a` matches reference `b` to `tol` relative to b's largest entry, printing the
