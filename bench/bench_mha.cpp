@@ -1,28 +1,29 @@
 // SPDX-License-Identifier: MIT
 // MultiheadAttention forward and backward per projection, against the machine's limits.
 //
-// Three families of cases, all in this one program so that their figures come from one run:
+// Three kinds of cases, all in this one program so that their figures come from one run:
 //   mha/<operation>/<projection>/<scalar>/B:_/L:_/E:_/H:_   the layer, self-attention (q = k = v)
 //   roofline/gemm_qkv/<scalar>/B:_/L:_/E:_                  Y[B L, 3E] = X[B L, E] W[3E, E]^T,
 //                                                           the fused projection as a bare Eigen
 //                                                           GEMM: what the layer can reach
+//   roofline/gemm_separate/<scalar>/B:_/L:_/E:_             the same products as 3 GEMMs,
+//   roofline/gemm_per_head/<scalar>/B:_/L:_/E:_/H:_         and as 3H GEMMs of [D, E] blocks:
+//                                                           the projections alone, no attention
 //   roofline/fma_peak/<scalar>                              independent FMAs in registers, one
 //                                                           core: what the machine can reach
-//   roofline/gemm_separate/<scalar>/B:_/L:_/E:_             the same products as 3 GEMMs
-//   roofline/gemm_per_head/<scalar>/B:_/L:_/E:_/H:_         ... and as 3H GEMMs of [D, E] blocks:
-//                                                           the projections alone, no attention
 // Operations:
 //   forward_eval      module.eval(): the inference path, saves nothing for backward
 //   forward_train     module.train(): forward that also saves what backward needs
 //   backward          backward alone, of one training forward made before the loop
 //   forward_backward  module.train(): a training forward and its backward, per iteration
-// Timing: single-threaded (the default build), each case is timed by the CPU time of the process,
-// which leaves out the time it waits for a core while other processes run; on an idle machine it
-// equals wall time. With OpenMP and more than one thread, by wall time (UseRealTime), since CPU
-// time would add up the threads. Every case counts FLOP/s over that time:
+// Timing: single-threaded (the default build), each case is timed by CPU time (of the thread that
+// runs it and does all its work), which leaves out the time it waits for a core while other
+// processes run; on an idle machine it equals wall time. With OpenMP and more than one thread,
+// by wall time (UseRealTime), since one thread's CPU time would miss the others' work. Every case
+// counts FLOP/s over that time:
 // self-attention forward is 8 B L E^2 (Q, K, V and output projections) + 4 B L S E (Q K^T and
-// P V, S = L); backward is twice the forward. Each call allocates its own buffers, as a user's
-// call does, and that is part of what is measured.
+// P V, S = L); backward is twice the forward. A call allocates what a user's call allocates (its
+// outputs, what training saves for backward), and that is part of what is measured.
 //
 // The default set (what scripts/bench.sh runs in a few minutes) is float only: forward_eval and
 // forward_backward on the four main shapes and over the head sweep, and the limits. `--full` (or
@@ -43,6 +44,7 @@
 #include <cstdint>    // std::int64_t
 #include <cstdlib>    // std::getenv
 #include <cstring>    // std::strcmp
+#include <iterator>   // std::begin, std::end
 #include <random>     // std::mt19937_64
 #include <set>        // std::set
 #include <string>     // std::string
@@ -267,7 +269,7 @@ void bm_fma_peak(benchmark::State& state) {
 
 // ---- registration -------------------------------------------------------------------------------
 
-/// Wall time when the kernels run on several threads, else the CPU time of the process.
+/// Wall time when the kernels run on several threads, else CPU time.
 bool wall_time() {
     return Eigen::nbThreads() > 1;
 }
@@ -309,8 +311,9 @@ void register_roofline(const std::vector<Problem>& problems) {
     std::set<std::tuple<Index, Index, Index>> seen;
     for (const Problem& p : problems) {
         if (!seen.insert({p.B, p.L, p.E}).second) continue;
-        for (auto [family, fn] : {std::pair{"gemm_qkv", bm_gemm_qkv<T>},
-                                  std::pair{"gemm_separate", bm_gemm_separate<T>}})
+        using Family = std::pair<const char*, void (*)(benchmark::State&)>;
+        for (const auto& [family, fn] : {Family{"gemm_qkv", bm_gemm_qkv<T>},
+                                         Family{"gemm_separate", bm_gemm_separate<T>}})
             timed(benchmark::RegisterBenchmark(
                       (std::string("roofline/") + family + "/" + scalar_name<T>()).c_str(), fn))
                 ->Args({p.B, p.L, p.E})
@@ -407,6 +410,8 @@ int main(int argc, char** argv) {
                                                      std::to_string(EIGEN_MINOR_VERSION));
     benchmark::AddCustomContext("eigen_simd", Eigen::SimdInstructionSetsInUse());
     benchmark::AddCustomContext("fma_peak_kernel", headwise_bench::fma_peak_kernel<float>().isa);
+    if (const char* tunables = std::getenv("GLIBC_TUNABLES"))  // malloc settings (scripts/bench.sh)
+        benchmark::AddCustomContext("glibc_tunables", tunables);
 #if defined(__VERSION__)
     benchmark::AddCustomContext("compiler", __VERSION__);
 #endif

@@ -10,11 +10,14 @@ Two paths, self-attention (query = key = value), float32, batch_first=True, drop
              (torch._native_multi_head_attention) when it applies; headwise's forward_eval
   training   module.train(), input requiring grad, forward then out.backward(G) (the gradient
              of sum(out * G)); headwise's forward_backward
-Each time is the median of timed calls after warm-up calls, on bench_mha's clock: CPU time of
-the process (time.process_time) with one thread, wall time (time.perf_counter) with more. The thread
-count is matched to headwise's (from its JSON, else --threads, else 1): torch.set_num_threads,
-and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (plus OMP_WAIT_POLICY=PASSIVE with 2 threads) set
-before torch is imported. Ratios are headwise time / torch time: below 1, headwise is faster.
+Each time is the median of timed calls after warm-up calls, the cases taking turns in rounds
+(as bench_mha's repetitions are interleaved), on bench_mha's clock: CPU time of the process
+(time.process_time) with one thread, wall time (time.perf_counter) with more. The thread count
+is matched to headwise's (from its JSON, else --threads, else 1): torch.set_num_threads, and
+OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (plus OMP_WAIT_POLICY=PASSIVE with 2 threads) set before
+torch is imported. torch's GEMMs run in OpenBLAS (Debian's torch), which picks its kernels for
+the CPU; an OPENBLAS_CORETYPE inherited from the environment is not applied unless passed as
+--openblas-coretype. Ratios are headwise time / torch time: below 1, headwise is faster.
 Without torch it says so and exits 0.
 """
 
@@ -53,7 +56,13 @@ def parse_args(argv):
     parser.add_argument("--min-time", type=float, default=0.5,
                         help="seconds of timed calls per case, at least --min-runs calls")
     parser.add_argument("--min-runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="the cases take turns this many times")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--openblas-coretype", metavar="NAME",
+                        help="force OpenBLAS's kernels (OPENBLAS_CORETYPE=NAME, e.g. Haswell); "
+                             "by default OpenBLAS picks them for this CPU, even if the environment "
+                             "sets OPENBLAS_CORETYPE")
     return parser.parse_args(argv)
 
 
@@ -69,6 +78,12 @@ def main(argv=None):
     os.environ["MKL_NUM_THREADS"] = str(threads)
     if threads == 2:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    # torch's GEMMs run in OpenBLAS (Debian's torch). An OPENBLAS_CORETYPE inherited from the
+    # environment would pin its kernels (Haswell: AVX2 only) and compare us with a handicapped
+    # torch; torch as a user runs it lets OpenBLAS choose for the CPU.
+    inherited_coretype = os.environ.pop("OPENBLAS_CORETYPE", None)
+    if args.openblas_coretype:
+        os.environ["OPENBLAS_CORETYPE"] = args.openblas_coretype
     try:
         import torch
     except ImportError:
@@ -81,18 +96,20 @@ def main(argv=None):
         shapes.append((LONG_SHAPE, "inference"))
     shapes.sort(key=lambda sm: MAIN_SHAPES.index(sm[0]) if sm[0] in MAIN_SHAPES else 99)
 
+    blas_core = _openblas_core()
     print()
     print("torch %s: nn.MultiheadAttention, float32, batch_first, %d thread(s), %s time "
-          "(OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s%s%s)" % (
+          "(OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s%s); OpenBLAS kernels: %s%s" % (
               torch.__version__, torch.get_num_threads(),
               "CPU" if args.clock == "cpu" else "wall", os.environ["OMP_NUM_THREADS"],
               os.environ["OPENBLAS_NUM_THREADS"],
               ", OMP_WAIT_POLICY=PASSIVE" if threads == 2 else "",
-              ", OPENBLAS_CORETYPE=" + os.environ["OPENBLAS_CORETYPE"]
-              if os.environ.get("OPENBLAS_CORETYPE") else ""))
+              blas_core or "?",
+              " (forced by --openblas-coretype)" if args.openblas_coretype else
+              " (chosen by OpenBLAS; OPENBLAS_CORETYPE=%s from the environment not applied)"
+              % inherited_coretype if inherited_coretype else ""))
     results = []
-    for shape, mode in shapes:
-        ms, runs, fast_path = time_case(torch, shape, mode, args)
+    for (shape, mode), (ms, runs, fast_path) in zip(shapes, time_cases(torch, shapes, args)):
         results.append({"shape": list(shape), "mode": mode, "ms": ms, "runs": runs,
                         "fast_path": fast_path})
 
@@ -105,6 +122,10 @@ def main(argv=None):
                                              "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE")
                 if k in os.environ},
         "blas": _blas_info(torch),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+        "openblas_core": blas_core,
+        "openblas_coretype_from_environment_not_applied": inherited_coretype
+        if not args.openblas_coretype else None,
     }
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -123,8 +144,8 @@ def main(argv=None):
     return 0
 
 
-def time_case(torch, shape, mode, args):
-    """Median ms of one call, the number of timed calls, and whether the fast path ran."""
+def make_call(torch, shape, mode):
+    """A function making one call of torch.nn.MultiheadAttention on `shape` along `mode`."""
     B, L, E, H = shape
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(E, H, batch_first=True)
@@ -143,20 +164,38 @@ def time_case(torch, shape, mode, args):
         def call():
             out, _ = mha(x, x, x, need_weights=False)
             out.backward(g)  # the gradient of sum(out * g); parameter grads accumulate
+    return call
 
+
+def time_cases(torch, cases, args):
+    """Per case: median ms of one call, the number of timed calls, whether the fast path ran.
+
+    The cases take turns, in --rounds rounds, so that a slow spell of a shared machine falls on
+    all of them rather than on one (as bench_mha's --benchmark_enable_random_interleaving).
+    """
     # The same clock as bench_mha: CPU time of the process with one thread (the time spent
     # waiting for a core on a shared machine left out), wall time with more.
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    for _ in range(args.warmup):
-        call()
-    times = []
-    start = time.perf_counter()
-    while len(times) < args.min_runs or (time.perf_counter() - start < args.min_time
-                                         and len(times) < 200):
-        t0 = clock()
-        call()
-        times.append(clock() - t0)
-    return 1e3 * statistics.median(times), len(times), _ran_fast_path(torch, call)
+    calls = [make_call(torch, shape, mode) for shape, mode in cases]
+    per_round = []
+    for call in calls:
+        for _ in range(max(1, args.warmup)):
+            t0 = clock()
+            call()
+            estimate = clock() - t0
+        # Enough calls per round for --min-time in all, at least --min-runs calls in all.
+        n = max(-(-args.min_runs // args.rounds),
+                int(args.min_time / args.rounds / max(estimate, 1e-6)) + 1)
+        per_round.append(min(n, 40))
+    times = [[] for _ in calls]
+    for _ in range(args.rounds):
+        for i, call in enumerate(calls):
+            for _ in range(per_round[i]):
+                t0 = clock()
+                call()
+                times[i].append(clock() - t0)
+    return [(1e3 * statistics.median(t), len(t), _ran_fast_path(torch, call))
+            for t, call in zip(times, calls)]
 
 
 def _ran_fast_path(torch, call):
@@ -167,6 +206,24 @@ def _ran_fast_path(torch, call):
         return any("_native_multi_head_attention" in e.name for e in prof.function_events)
     except Exception:  # the profiler is optional here; the timing above does not depend on it
         return None
+
+
+def _openblas_core():
+    """The kernel set OpenBLAS chose ("Haswell", "SkylakeX", ...), if torch loaded OpenBLAS."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line and ".so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            corename = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        corename.restype = ctypes.c_char_p
+        return corename().decode()
+    return None
 
 
 def _blas_info(torch):

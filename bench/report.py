@@ -9,8 +9,9 @@ Uses the median of each case's repetitions (the JSON of a run without repetition
 Every row of the layer is put against two limits measured in the same run: the bare Eigen GEMM of
 the fused projection shape (what the layer can reach) and the FMA peak of one core (what the
 machine can reach). Ratios (per_head / fused, separate / fused) are of medians (CPU time for a
-single-threaded run, wall time otherwise, as bench_mha chose); above 1 means slower than fused. With --torch, the plot also shows torch.nn.MultiheadAttention from
-bench/compare_torch.py. Without matplotlib the table is still printed and the plot is skipped.
+single-threaded run, wall time otherwise, as bench_mha chose); above 1 means slower than fused.
+With --torch, the plot also shows torch.nn.MultiheadAttention from bench/compare_torch.py.
+Without matplotlib the table is still printed and the plot is skipped.
 """
 
 import argparse
@@ -76,7 +77,8 @@ def load_results(path):
         }
         if parts[:1] == ["mha"] and len(parts) == 4:
             _, operation, projection, scalar = parts
-            mha[(operation, projection, scalar, (args["B"], args["L"], args["E"], args["H"]))] = record
+            problem = (args["B"], args["L"], args["E"], args["H"])
+            mha[(operation, projection, scalar, problem)] = record
         elif parts[:2] == ["roofline", "gemm_qkv"]:
             gemm[(parts[2], (args["B"], args["L"], args["E"]))] = record
         elif parts[:2] == ["roofline", "gemm_separate"]:
@@ -118,7 +120,7 @@ MAIN_SHAPES = [(8, 128, 512, 8), (1, 512, 768, 12), (32, 64, 256, 4), (4, 1024, 
 
 
 def ordered_main(mha, scalar):
-    """The issue's shapes that were measured, in their listed order (the sweep has its own table)."""
+    """The main shapes that were measured, in their listed order (the sweep has its own table)."""
     present = {p for (_, _, s, p) in mha if s == scalar}
     return [p for p in MAIN_SHAPES if p in present]
 
@@ -186,24 +188,26 @@ def report(path, torch_path=None, png=None):
     print("  medians of %s repetitions, %s; host load average at start %s" % (
         _repetitions(path),
         "wall-clock time" if context.get("headwise_timing") == "wall"
-        else "CPU time of the process (1 thread)",
+        else "CPU time (1 thread)",
         ", ".join("%.2f" % x for x in context.get("load_avg", []))))
     print("  fwd = forward in eval mode (inference path); f+b = training forward + backward")
     print("  GFLOP/s counts 8 B L E^2 + 4 B L^2 E per forward, twice that per backward")
     print("  % GEMM = of the bare Eigen GEMM [B L, E] x [E, 3E] (the fused projection) at the")
-    print("  same shape; %% peak = of the measured FMA peak of %d core(s); x fused = time / fused time"
+    print("  same shape; %% peak = of the measured FMA peak of %d core(s); vs fused = time / fused"
           % threads)
+    print("  time at the same shape (on a per_head row: per_head/fused; above 1 = slower)")
 
     for scalar in scalars:
         pk = peak.get(scalar)
         peak_flops = pk["flops"] * threads if pk else None
         print()
-        line = "%s: FMA peak %s GFLOP/s per core" % (scalar, fmt(pk["flops"] / 1e9, ".1f") if pk else "-")
+        line = "%s: FMA peak %s GFLOP/s per core" % (
+            scalar, fmt(pk["flops"] / 1e9, ".1f") if pk else "-")
         if pk and pk.get("label"):
             line += " (%s)" % pk["label"]
         print(line)
         header = ["shape (B, L, E, H)", "projection", "fwd ms", "f+b ms", "fwd GFLOP/s",
-                  "f+b GFLOP/s", "% GEMM fwd|f+b", "% peak fwd|f+b", "x fused fwd|f+b"]
+                  "f+b GFLOP/s", "% GEMM fwd|f+b", "% peak fwd|f+b", "vs fused fwd|f+b"]
         rows = []
         for p in ordered_main(mha, scalar):
             g = gemm.get((scalar, p[:3]))
@@ -254,7 +258,8 @@ def report(path, torch_path=None, png=None):
                      if any(k[0] == op and k[2] == scalar for k in mha)]
         if extra_ops:
             print()
-            print("%s: every operation, ms (forward_train saves for backward; backward alone)" % scalar)
+            print("%s: every operation, ms (forward_train saves for backward; backward alone)"
+                  % scalar)
             ops = ["forward_eval", "forward_train", "backward", "forward_backward"]
             rows = []
             for p in ordered_main(mha, scalar):
@@ -267,28 +272,27 @@ def report(path, torch_path=None, png=None):
         sweep = sweep_problems(mha, scalar)
         if sweep:
             print()
-            print("%s: head sweep at (B, L, E) = (%d, %d, %d), D = E / H" % ((scalar,) + sweep[0][:3]))
+            print("%s: head sweep at (B, L, E) = (%d, %d, %d), D = E / H"
+                  % ((scalar,) + sweep[0][:3]))
             ops = [op for op in ("forward_eval", "forward_backward")
                    if all(get(mha, op, "fused", scalar, p) is not None for p in sweep)]
             header = ["H", "D"]
             for op in ops:
                 short = "fwd" if op == "forward_eval" else "f+b"
-                header += ["%s ms %s" % (short, pr) for pr in PROJECTIONS]
-                header += ["%s per_head/fused" % short, "%s separate/fused" % short]
+                header += ["%s ms fused" % short, "per_head/fused", "separate/fused"]
             g = gemm.get((scalar, sweep[0][:3]))
             if g:
-                header += ["proj. GEMMs per_head ms", "per_head/fused"]
+                header += ["GEMMs alone per_head/fused"]
             rows = []
             for p in sweep:
                 row = [str(p[3]), str(p[2] // p[3])]
                 for op in ops:
                     t = {pr: get(mha, op, pr, scalar, p) for pr in PROJECTIONS}
-                    row += [fmt(t[pr], ".2f") for pr in PROJECTIONS]
-                    row += [fmt(ratio(t["per_head"], t["fused"]), ".2f"),
+                    row += [fmt(t["fused"], ".2f"), fmt(ratio(t["per_head"], t["fused"]), ".2f"),
                             fmt(ratio(t["separate"], t["fused"]), ".2f")]
                 if g:
                     ph = gemm.get(("per_head", scalar, p))
-                    row += [fmt(ph and ph["ms"], ".2f"), fmt(ratio(ph and ph["ms"], g["ms"]), ".2f")]
+                    row += [fmt(ratio(ph and ph["ms"], g["ms"]), ".2f")]
                 rows.append(row)
             print_table(header, rows, [">"] * len(header))
 

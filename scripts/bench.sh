@@ -6,7 +6,7 @@
 #
 #   bash scripts/bench.sh            the default set (float, 4 shapes, head sweep): a few minutes
 #   bash scripts/bench.sh --full     everything: double too, forward_train, backward alone and
-#                                    (1, 4096, 512, 8) forward; 5 repetitions
+#                                    (1, 4096, 512, 8) forward; longer minimum times
 #   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   e.g. --benchmark_filter=fused
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #
@@ -51,25 +51,35 @@ if grep -q '^HEADWISE_USE_OPENMP:BOOL=ON' "${build}/CMakeCache.txt"; then
 fi
 export OMP_NUM_THREADS="${threads}"
 build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "${build}/CMakeCache.txt")"
-# The default set stays within a few minutes on 2 cores: short minimum times, 3 repetitions.
-repetitions=3
+# The default set stays within a few minutes on 2 cores: short minimum times, 5 repetitions
+# (the largest shapes run one call per repetition, so the median needs a few of them).
+repetitions=5
 min_time=0.1
 if ((full)); then
-    repetitions=5
     min_time=0.2
 fi
+
+# glibc's malloc hands freed blocks above a threshold back to the system, and raises that
+# threshold as a process runs (to 32 MiB at most), so what an allocation costs depends on what ran
+# before it in the same process. Both programs below get glibc's settled values from the start,
+# the state of a long-running program, so that every case pays the same for its allocations.
+malloc_settled="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
+export GLIBC_TUNABLES="${malloc_settled}${GLIBC_TUNABLES:+:${GLIBC_TUNABLES}}"
 
 started=${SECONDS}
 echo "headwise: running ${driver} (full=${full}, threads=${threads}, repetitions=${repetitions}," \
     "min_time=${min_time} s)"
-# Debian's libbenchmark reports itself as a debug build; record what headwise was built as.
+# Repetitions are interleaved at random, so a slow spell of a shared machine spreads over all
+# cases instead of skewing the ratio of two neighbours. Debian's libbenchmark reports itself as a
+# debug build; record what headwise was built as.
 "${driver}" \
     --benchmark_repetitions="${repetitions}" \
     --benchmark_min_time="${min_time}" \
+    --benchmark_enable_random_interleaving=true \
     --benchmark_report_aggregates_only=true \
     --benchmark_out="${json}" \
     --benchmark_out_format=json \
-    --benchmark_context="build_type=${build_type:-unknown},threads=${threads},full=${full},preset=release" \
+    --benchmark_context="build_type=${build_type:-unknown},threads=${threads},full=${full}" \
     ${extra[@]+"${extra[@]}"}
 echo "headwise: results in ${json} ($((SECONDS - started)) s)"
 

@@ -233,7 +233,7 @@ public:
         std::copy(values.begin(), values.end(), data_.get());
     }
     /// Deep copy of a view.
-    explicit Tensor(TensorView<const T> v) : Tensor(v.shape()) {
+    explicit Tensor(TensorView<const T> v) : shape_(v.shape()), data_(allocate(v.numel())) {
         std::copy_n(v.data(), v.numel(), data_.get());
     }
 
@@ -253,6 +253,14 @@ public:
 
     // ---- factories ------------------------------------------------------------------------
     static Tensor zeros(const Shape& shape) { return Tensor(shape); }
+    /// A tensor whose elements are left unspecified, for a result about to be overwritten in
+    /// full: it saves the zero-filling pass over memory that the constructor makes.
+    static Tensor uninitialized(const Shape& shape) {
+        Tensor t;
+        t.shape_ = shape;
+        t.data_ = allocate(shape.numel());
+        return t;
+    }
     static Tensor ones(const Shape& shape) { return full(shape, T(1)); }
     static Tensor full(const Shape& shape, T value) {
         Tensor t(shape);

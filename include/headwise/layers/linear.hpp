@@ -126,7 +126,8 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, Rng& rng)
 template <class T>
 Tensor<T> Linear<T>::forward(TensorView<const T> x) const {
     detail::check_last_dim("headwise::Linear::forward", "input", x.shape(), in_features_);
-    Tensor<T> y(output_shape(x.shape()));  // [..., out]
+    // [..., out]; every element is written (bias, then the product added), so no zero fill.
+    Tensor<T> y = Tensor<T>::uninitialized(output_shape(x.shape()));
     forward_unchecked(x, y);
     return y;
 }

@@ -374,7 +374,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     for (std::size_t i = 0; i < s.plan.buffers.size(); ++i) {
         const Shape shape{s.plan.buffers[i][0], s.plan.buffers[i][1]};
         if (training) {
-            s.y.emplace_back(shape);
+            s.y.push_back(Tensor<T>::uninitialized(shape));  // written in full by the GEMMs
             y.push_back(s.y.back().data());
         } else {
             y.push_back(workspace_.get(kWsY + i, shape, false).data());
@@ -396,12 +396,12 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     // ---- 2. append bias_k / bias_v, then a zero key and value (torch's order) ----------------
     if (Sx != S) {
         const Shape shape{B, H_, Sx, D_};
-        if (training) {
-            s.kx = Tensor<T>(shape);
-            s.vx = Tensor<T>(shape);
+        if (training) {  // every row written below
+            s.kx = Tensor<T>::uninitialized(shape);
+            s.vx = Tensor<T>::uninitialized(shape);
         }
-        T* kx = training ? s.kx.data() : workspace_.get(kWsKx, shape, true).data();  // [B, H, S', D]
-        T* vx = training ? s.vx.data() : workspace_.get(kWsVx, shape, true).data();  // [B, H, S', D]
+        T* kx = training ? s.kx.data() : workspace_.get(kWsKx, shape, false).data();  // [B, H, S', D]
+        T* vx = training ? s.vx.data() : workspace_.get(kWsVx, shape, false).data();  // [B, H, S', D]
         for (Index b = 0; b < B; ++b)
             for (Index h = 0; h < H_; ++h) {
                 MatrixMap<T> Kx(kx + (b * H_ + h) * Sx * D_, Sx, D_);
@@ -412,7 +412,10 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                     Kx.row(S) = MatrixMap<const T>(bias_k_.data() + h * D_, 1, D_);
                     Vx.row(S) = MatrixMap<const T>(bias_v_.data() + h * D_, 1, D_);
                 }
-                // zero-attention row: already zero
+                if (zero_attn) {  // the zero-attention key and value, last
+                    Kx.row(Sx - 1).setZero();
+                    Vx.row(Sx - 1).setZero();
+                }
             }
         const detail::HeadLayout appended{0, 0, H_ * Sx * D_, Sx * D_, D_, Sx};
         lk = appended;
@@ -428,15 +431,15 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     const bool average = masks.need_weights && masks.average_attn_weights;
     const Index LS = L * Sx;
     const int threads = detail::max_threads();
-    if (training) s.P = Tensor<T>(Shape{B, H_, L, Sx});
+    if (training) s.P = Tensor<T>::uninitialized(Shape{B, H_, L, Sx});  // written per slice
     const TensorView<T> P = training ? s.P.view()
                                      : workspace_.get(kWsP, keep_p ? Shape{B, H_, L, Sx} : Shape{threads, L, Sx}, false);
     const TensorView<T> A = workspace_.get(kWsA, dropout.active() ? Shape{threads, L, Sx} : Shape{0}, false);
     // Per-head weights after dropout, when they differ from P and are asked for.
     Tensor<T> weights = masks.need_weights && (!average || dropout.active())
-                            ? Tensor<T>(Shape{B, H_, L, Sx})
+                            ? Tensor<T>::uninitialized(Shape{B, H_, L, Sx})  // written per slice
                             : Tensor<T>();
-    if (training) s.ctx = Tensor<T>(Shape{B * L, E_});
+    if (training) s.ctx = Tensor<T>::uninitialized(Shape{B * L, E_});  // heads written in turn
     const TensorView<T> ctx = training ? s.ctx.view() : workspace_.get(kWsCtx, Shape{B * L, E_}, false);  // [B L, E] = Concat(head_1, ..., head_H)
     const bool* attn_mask = masks.attn_mask.empty() ? nullptr : masks.attn_mask.data();
     const T* attn_bias = masks.attn_bias.empty() ? nullptr : masks.attn_bias.data();
@@ -478,7 +481,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
 
     // ---- 4. output = ctx W_o^T + b_o -----------------------------------------------------------
     AttentionForward<T> result;
-    result.output = Tensor<T>(query.shape());  // [B, L, E]
+    result.output = Tensor<T>::uninitialized(query.shape());  // [B, L, E], written in full
     ops::linear_forward<T>(ctx.matrix(), w_out_.matrix(), options_.bias ? b_out_.data() : nullptr,
                            result.output.view().reshape(Shape{B * L, E_}).matrix());
     if (masks.need_weights) {
