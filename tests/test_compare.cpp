@@ -73,7 +73,7 @@ TEST_CASE("allclose follows NumPy: |a - b| <= atol + rtol * |b|", "[compare]") {
     CHECK_FALSE(headwise::allclose(y, x, 0.5, 0.0));  // 1 > 0.5 * 1
 }
 
-TEST_CASE("NaN is never close; equal infinities are", "[compare]") {
+TEST_CASE("NaN is never close, and equal infinities are", "[compare]") {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const double inf = std::numeric_limits<double>::infinity();
     const Tensor<double> a(Shape{3}, {1.0, nan, 3.0});

@@ -20,7 +20,7 @@ namespace reference = headwise::reference;
 using headwise::test::identical;
 
 
-TEMPLATE_TEST_CASE("concat matches the reference along every axis; split undoes it", "[concat]",
+TEMPLATE_TEST_CASE("concat matches the reference along every axis, and split undoes it", "[concat]",
                    float, double) {
     using T = TestType;
     // Extents along the joined axis of three parts (one may be empty), the others fixed.

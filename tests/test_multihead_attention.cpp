@@ -272,7 +272,7 @@ TEST_CASE("one module runs several forwards before their backwards", "[mha]") {
     (void)g1;
 }
 
-TEST_CASE("zero_grad clears every gradient; backward adds until then", "[mha]") {
+TEST_CASE("zero_grad clears every gradient, and backward adds until then", "[mha]") {
     MhaConfig c;
     const test::MhaData<double> d = test::make_data<double>(c);
     MultiheadAttention<double> m(c.options(Projection::fused), 2);

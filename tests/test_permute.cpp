@@ -44,7 +44,7 @@ TEMPLATE_TEST_CASE("permute matches the reference for every permutation of rank 
     CHECK(count == 24);
 }
 
-TEMPLATE_TEST_CASE("[B, L, H, D] <-> [B, H, L, D] round-trips", "[permute]", float, double) {
+TEMPLATE_TEST_CASE("B L H D <-> B H L D round-trips", "[permute]", float, double) {
     using T = TestType;
     const auto [B, L, H, D] =
         GENERATE(table<Index, Index, Index, Index>({{2, 5, 4, 8}, {1, 1, 1, 1}, {3, 17, 2, 16}}));

@@ -29,7 +29,7 @@ TEST_CASE("the generator is the standard 64-bit Mersenne twister", "[random]") {
     CHECK(g() == 9981545732273789042ull);
 }
 
-TEST_CASE("uniform01 is the top 53 bits of one draw, scaled to [0, 1)", "[random]") {
+TEST_CASE("uniform01 is the top 53 bits of one draw, scaled to the unit interval", "[random]") {
     headwise::Generator rng(42), raw(42);
     for (int i = 0; i < 100; ++i) {
         const std::uint64_t bits = raw();
@@ -42,7 +42,7 @@ TEST_CASE("uniform01 is the top 53 bits of one draw, scaled to [0, 1)", "[random
     CHECK(headwise::uniform01(pinned) == 0x1.82a3befaddcbcp-1);  // 0.75515553295453897...
 }
 
-TEST_CASE("uniform01 stays in [0, 1) at the extremes of the generator", "[random]") {
+TEST_CASE("uniform01 stays below 1 and at or above 0 at the extremes of the generator", "[random]") {
     // A generator returning all ones (max) or zero (min) gives the ends of the range.
     Fixed ones{~std::uint64_t{0}}, zero{0};
     CHECK(headwise::uniform01(ones) < 1.0);

@@ -50,7 +50,7 @@ TEMPLATE_TEST_CASE("a new tensor is zero-filled, contiguous and 64-byte aligned"
     CHECK(t.end() - t.begin() == t.numel());
 }
 
-TEST_CASE("a default tensor is empty with shape [0]", "[tensor]") {
+TEST_CASE("a default tensor is empty, of rank 1 and extent 0", "[tensor]") {
     const Tensor<float> t;
     CHECK(t.shape() == Shape{0});
     CHECK(t.numel() == 0);
@@ -120,7 +120,7 @@ TEMPLATE_TEST_CASE("copies are deep, moves transfer the buffer", "[tensor]", flo
     CHECK(target(1, 2) == TestType(5));
 }
 
-TEMPLATE_TEST_CASE("reshape shares the data; a wrong element count throws", "[tensor]", float,
+TEMPLATE_TEST_CASE("reshape shares the data, and a wrong element count throws", "[tensor]", float,
                    double) {
     Tensor<TestType> t(Shape{2, 3, 4}, iota_values<TestType>(24));
     const TensorView<TestType> r = t.reshape({6, 4});
