@@ -16,7 +16,7 @@
 
 #include <Eigen/Core>
 
-#include <random>   // std::mt19937_64
+#include <random>  // std::mt19937_64
 
 #include <headwise/layers/linear.hpp>
 #include <headwise/tensor.hpp>
@@ -38,10 +38,9 @@ struct Problem {
 };
 
 void set_flops(benchmark::State& state, const Problem& p) {
-    state.counters["FLOP/s"] =
-        benchmark::Counter(2.0 * static_cast<double>(p.N) * static_cast<double>(p.in) *
-                               static_cast<double>(p.out),
-                           benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["FLOP/s"] = benchmark::Counter(
+        2.0 * static_cast<double>(p.N) * static_cast<double>(p.in) * static_cast<double>(p.out),
+        benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// A [rows, cols] RowMatrix of standard normal draws (through Tensor::randn: no Eigen Random).
@@ -55,7 +54,7 @@ template <class T>
 void BM_EigenGemm(benchmark::State& state) {
     const Problem p(state);
     std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);   // [N, in]
+    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
     const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
     RowMatrix<T> Y(p.N, p.out);                                 // [N, out]
     for (auto _ : state) {
@@ -70,7 +69,7 @@ template <class T>
 void BM_EigenGemmBiasAfter(benchmark::State& state) {
     const Problem p(state);
     std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);   // [N, in]
+    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
     const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
     const RowMatrix<T> b = random_matrix<T>(1, p.out, rng);     // [1, out]
     RowMatrix<T> Y(p.N, p.out);                                 // [N, out]
@@ -87,7 +86,7 @@ template <class T>
 void BM_EigenGemmBiasFirst(benchmark::State& state) {
     const Problem p(state);
     std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);   // [N, in]
+    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
     const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
     const RowMatrix<T> b = random_matrix<T>(1, p.out, rng);     // [1, out]
     RowMatrix<T> Y(p.N, p.out);                                 // [N, out]

@@ -83,10 +83,14 @@ enum class Operation { forward_eval, forward_train, backward, forward_backward }
 
 const char* to_string(Operation op) {
     switch (op) {
-        case Operation::forward_eval: return "forward_eval";
-        case Operation::forward_train: return "forward_train";
-        case Operation::backward: return "backward";
-        case Operation::forward_backward: return "forward_backward";
+        case Operation::forward_eval:
+            return "forward_eval";
+        case Operation::forward_train:
+            return "forward_train";
+        case Operation::backward:
+            return "backward";
+        case Operation::forward_backward:
+            return "forward_backward";
     }
     return "unknown";
 }
@@ -115,9 +119,12 @@ double forward_flop(const Problem& p) {
 double operation_flop(Operation op, const Problem& p) {
     switch (op) {
         case Operation::forward_eval:
-        case Operation::forward_train: return forward_flop(p);
-        case Operation::backward: return 2.0 * forward_flop(p);
-        case Operation::forward_backward: return 3.0 * forward_flop(p);
+        case Operation::forward_train:
+            return forward_flop(p);
+        case Operation::backward:
+            return 2.0 * forward_flop(p);
+        case Operation::forward_backward:
+            return 3.0 * forward_flop(p);
     }
     return 0.0;
 }
@@ -151,7 +158,10 @@ void bm_mha(benchmark::State& state, Operation op, Projection projection) {
     switch (op) {
         case Operation::forward_eval:
         case Operation::forward_train: {
-            if (op == Operation::forward_eval) mha.eval(); else mha.train();
+            if (op == Operation::forward_eval)
+                mha.eval();
+            else
+                mha.train();
             for (auto _ : state) {
                 auto out = mha.forward(x, x, x);  // self-attention: one tensor as q, k and v
                 benchmark::DoNotOptimize(out.output.data());
@@ -192,7 +202,7 @@ void bm_gemm_qkv(benchmark::State& state) {
     std::mt19937_64 rng(7);
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{B * L, E}, rng);  // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * E, E}, rng);  // [3E, E]
-    headwise::Tensor<T> y(headwise::Shape{B * L, 3 * E});                      // [B L, 3E]
+    headwise::Tensor<T> y(headwise::Shape{B * L, 3 * E});                       // [B L, 3E]
     const auto X = x.matrix();
     const auto W = w.matrix();
     auto Y = y.matrix();
@@ -213,7 +223,7 @@ void bm_gemm_separate(benchmark::State& state) {
     std::mt19937_64 rng(7);
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{B * L, E}, rng);  // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * E, E}, rng);  // [3E, E]
-    headwise::Tensor<T> y(headwise::Shape{3, B * L, E});                       // [3, B L, E]
+    headwise::Tensor<T> y(headwise::Shape{3, B * L, E});                        // [3, B L, E]
     const auto X = x.matrix();
     for (auto _ : state) {
         for (Index i = 0; i < 3; ++i) {
@@ -234,9 +244,9 @@ void bm_gemm_per_head(benchmark::State& state) {
     const Problem p = problem_of(state);
     const Index N = p.B * p.L, D = p.E / p.H;
     std::mt19937_64 rng(7);
-    const auto x = headwise::Tensor<T>::randn(headwise::Shape{N, p.E}, rng);      // [B L, E]
+    const auto x = headwise::Tensor<T>::randn(headwise::Shape{N, p.E}, rng);        // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * p.E, p.E}, rng);  // [3E, E]
-    headwise::Tensor<T> y(headwise::Shape{3 * p.H, N, D});                       // [3H, B L, D]
+    headwise::Tensor<T> y(headwise::Shape{3 * p.H, N, D});                          // [3H, B L, D]
     const auto X = x.matrix();
     for (auto _ : state) {
         for (Index i = 0; i < 3 * p.H; ++i) {
@@ -270,9 +280,7 @@ void bm_fma_peak(benchmark::State& state) {
 // ---- registration -------------------------------------------------------------------------------
 
 /// Wall time when the kernels run on several threads, else CPU time.
-bool wall_time() {
-    return Eigen::nbThreads() > 1;
-}
+bool wall_time() { return Eigen::nbThreads() > 1; }
 
 /// Applies what every case shares: milliseconds (unless `unit` says otherwise) and the clock.
 benchmark::internal::Benchmark* timed(benchmark::internal::Benchmark* b,
@@ -312,8 +320,8 @@ void register_roofline(const std::vector<Problem>& problems) {
     for (const Problem& p : problems) {
         if (!seen.insert({p.B, p.L, p.E}).second) continue;
         using Family = std::pair<const char*, void (*)(benchmark::State&)>;
-        for (const auto& [family, fn] : {Family{"gemm_qkv", bm_gemm_qkv<T>},
-                                         Family{"gemm_separate", bm_gemm_separate<T>}})
+        for (const auto& [family, fn] :
+             {Family{"gemm_qkv", bm_gemm_qkv<T>}, Family{"gemm_separate", bm_gemm_separate<T>}})
             timed(benchmark::RegisterBenchmark(
                       (std::string("roofline/") + family + "/" + scalar_name<T>()).c_str(), fn))
                 ->Args({p.B, p.L, p.E})

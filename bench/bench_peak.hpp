@@ -81,8 +81,7 @@ inline float fma_peak<float>(std::int64_t steps, float a, float b) {
 template <>
 inline double fma_peak<double>(std::int64_t steps, double a, double b) {
     const __m512d r = detail::fma_rounds(
-        steps, _mm512_set1_pd(a), _mm512_set1_pd(b),
-        [](int c) { return _mm512_set1_pd(0.01 * c); },
+        steps, _mm512_set1_pd(a), _mm512_set1_pd(b), [](int c) { return _mm512_set1_pd(0.01 * c); },
         [](__m512d x, __m512d y, __m512d z) { return _mm512_fmadd_pd(x, y, z); },
         [](__m512d x, __m512d y) { return _mm512_add_pd(x, y); });
     alignas(64) double lanes[8];
@@ -116,8 +115,7 @@ inline float fma_peak<float>(std::int64_t steps, float a, float b) {
 template <>
 inline double fma_peak<double>(std::int64_t steps, double a, double b) {
     const __m256d r = detail::fma_rounds(
-        steps, _mm256_set1_pd(a), _mm256_set1_pd(b),
-        [](int c) { return _mm256_set1_pd(0.01 * c); },
+        steps, _mm256_set1_pd(a), _mm256_set1_pd(b), [](int c) { return _mm256_set1_pd(0.01 * c); },
         [](__m256d x, __m256d y, __m256d z) { return _mm256_fmadd_pd(x, y, z); },
         [](__m256d x, __m256d y) { return _mm256_add_pd(x, y); });
     alignas(32) double lanes[4];
@@ -140,8 +138,7 @@ template <class T>
 T fma_peak(std::int64_t steps, T a, T b) {
     return detail::fma_rounds(
         steps, a, b, [](int c) { return T(0.01) * static_cast<T>(c); },
-        [](T x, T y, T z) { return x * y + z; },
-        [](T x, T y) { return x + y; });
+        [](T x, T y, T z) { return x * y + z; }, [](T x, T y) { return x + y; });
 }
 
 template <class T>

@@ -15,7 +15,8 @@ int main() {
     headwise::MultiheadAttentionOptions opt;
     opt.embed_dim = 32;
     opt.num_heads = 8;
-    const Projection projections[] = {Projection::fused, Projection::separate, Projection::per_head};
+    const Projection projections[] = {Projection::fused, Projection::separate,
+                                      Projection::per_head};
 
     std::mt19937_64 rng(1);
     const Tensor<double> x = Tensor<double>::randn(Shape{3, 12, 32}, rng);   // [B, L, E]
@@ -32,7 +33,8 @@ int main() {
     const auto grads0 = fused.grad_dict();
 
     std::printf("E = %lld, H = %lld, D = %lld; input [3, 12, 32], double precision\n\n",
-                static_cast<long long>(fused.embed_dim()), static_cast<long long>(fused.num_heads()),
+                static_cast<long long>(fused.embed_dim()),
+                static_cast<long long>(fused.num_heads()),
                 static_cast<long long>(fused.head_dim()));
     std::printf("%-10s %12s  %s\n", "projection", "parameters", "largest |difference| to fused");
     bool ok = true;
@@ -62,7 +64,7 @@ int main() {
         std::printf("\n");
         ok = ok && worst < 1e-12 && m.parameter_count() == fused.parameter_count();
     }
-    std::printf("\n%s\n", ok ? "identical to 1e-12: same function, same gradients"
-                             : "MISMATCH beyond 1e-12");
+    std::printf("\n%s\n",
+                ok ? "identical to 1e-12: same function, same gradients" : "MISMATCH beyond 1e-12");
     return ok ? 0 : 1;
 }

@@ -19,7 +19,6 @@ namespace reference = headwise::reference;
 
 using headwise::test::identical;
 
-
 TEMPLATE_TEST_CASE("concat matches the reference along every axis, and split undoes it", "[concat]",
                    float, double) {
     using T = TestType;

@@ -13,8 +13,8 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
-#include "support/match.hpp"
 #include "support/distribution.hpp"
+#include "support/match.hpp"
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 

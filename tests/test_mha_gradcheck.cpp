@@ -30,9 +30,8 @@ GradcheckResult check_module(const MhaConfig& c, Projection p) {
     for (const auto& [name, t] : sd0) {
         names.push_back(name);
         // Non-zero biases, so their gradients flow through a generic point.
-        inputs.push_back(name.find("bias") != std::string::npos
-                             ? Tensor<double>::randn(t.shape(), prng)
-                             : t);
+        inputs.push_back(
+            name.find("bias") != std::string::npos ? Tensor<double>::randn(t.shape(), prng) : t);
     }
     // A fresh module per evaluation: same seed, so the same dropout mask every time.
     auto forward = [=](const std::vector<Tensor<double>>& x, MultiheadAttention<double>& m) {
@@ -48,14 +47,16 @@ GradcheckResult check_module(const MhaConfig& c, Projection p) {
         MultiheadAttention<double> m(c.options(p), 99);
         return forward(x, m).output;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dy) {
+    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
+                                      const Tensor<double>& dy) {
         MultiheadAttention<double> m(c.options(p), 99);
         const auto fwd = forward(x, m);
         const AttentionGradients<double> g = m.backward(fwd, dy);
         std::vector<Tensor<double>> out;
         if (n_args == 1) {  // one tensor as query, key and value: the sum of the three
             Tensor<double> s = g.query;
-            for (Index i = 0; i < s.numel(); ++i) s.data()[i] += g.key.data()[i] + g.value.data()[i];
+            for (Index i = 0; i < s.numel(); ++i)
+                s.data()[i] += g.key.data()[i] + g.value.data()[i];
             out.push_back(std::move(s));
         } else if (n_args == 2) {  // key is value
             out.push_back(g.query);
@@ -84,12 +85,39 @@ TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradch
     std::vector<MhaConfig> grid;
     MhaConfig c;
     grid.push_back(c);
-    c = MhaConfig{}; c.masks = MaskKind::all; c.bias_kv = true; c.zero_attn = true; grid.push_back(c);
-    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 4; c.kdim = 5; c.vdim = 3; c.masks = MaskKind::key_padding; grid.push_back(c);
-    c = MhaConfig{}; c.inputs = Inputs::kv_same; c.S = 4; c.masks = MaskKind::bias_4d; grid.push_back(c);
-    c = MhaConfig{}; c.masks = MaskKind::causal; c.dropout = 0.3; grid.push_back(c);
-    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 2; c.masks = MaskKind::bool_4d; c.dropout = 0.2; c.bias_kv = true; grid.push_back(c);
-    c = MhaConfig{}; c.bias = false; c.H = 4; c.batched = false; grid.push_back(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::all;
+    c.bias_kv = true;
+    c.zero_attn = true;
+    grid.push_back(c);
+    c = MhaConfig{};
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    c.kdim = 5;
+    c.vdim = 3;
+    c.masks = MaskKind::key_padding;
+    grid.push_back(c);
+    c = MhaConfig{};
+    c.inputs = Inputs::kv_same;
+    c.S = 4;
+    c.masks = MaskKind::bias_4d;
+    grid.push_back(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::causal;
+    c.dropout = 0.3;
+    grid.push_back(c);
+    c = MhaConfig{};
+    c.inputs = Inputs::distinct;
+    c.S = 2;
+    c.masks = MaskKind::bool_4d;
+    c.dropout = 0.2;
+    c.bias_kv = true;
+    grid.push_back(c);
+    c = MhaConfig{};
+    c.bias = false;
+    c.H = 4;
+    c.batched = false;
+    grid.push_back(c);
     for (const MhaConfig& cfg : grid) {
         for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
             CAPTURE(cfg.str(), to_string(p));
@@ -102,7 +130,8 @@ TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradch
     }
 }
 
-TEST_CASE("a fully masked row has zero gradients, and finite differences agree", "[mha][gradcheck]") {
+TEST_CASE("a fully masked row has zero gradients, and finite differences agree",
+          "[mha][gradcheck]") {
     MhaConfig c;
     c.inputs = Inputs::distinct;
     c.S = 3;
@@ -117,7 +146,8 @@ TEST_CASE("a fully masked row has zero gradients, and finite differences agree",
         m.load_state_dict(sd);
         return m.forward(x[0], x[1], x[2], d.masks).output;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dy) {
+    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
+                                      const Tensor<double>& dy) {
         MultiheadAttention<double> m(c.options(Projection::fused), 1);
         m.load_state_dict(sd);
         const auto g = m.backward(m.forward(x[0], x[1], x[2], d.masks), dy);

@@ -47,17 +47,19 @@ TEST_CASE("H separate per-head attentions, concatenated, compute what the fused 
     const Mat X = d.q.matrix();  // [L, E]
     const Mat Y = d.k.matrix();  // [S, E]
     const Index D = c.E / c.H;
-    Mat concat(c.L, c.E);        // [L, E]
+    Mat concat(c.L, c.E);  // [L, E]
     for (Index i = 0; i < c.H; ++i) {
         const HeadParameters<double> head = m.head(i);
         // W_i^Q in the paper's E x D convention is the transpose of PyTorch's [D, E] rows.
-        const Mat Wq = as_matrix(head.q_weight()).transpose(), Wk = as_matrix(head.k_weight()).transpose(),
+        const Mat Wq = as_matrix(head.q_weight()).transpose(),
+                  Wk = as_matrix(head.k_weight()).transpose(),
                   Wv = as_matrix(head.v_weight()).transpose();
-        const Eigen::RowVectorXd bq = as_matrix(head.q_bias().reshape(Shape{1, D})), bk = as_matrix(head.k_bias().reshape(Shape{1, D})),
+        const Eigen::RowVectorXd bq = as_matrix(head.q_bias().reshape(Shape{1, D})),
+                                 bk = as_matrix(head.k_bias().reshape(Shape{1, D})),
                                  bv = as_matrix(head.v_bias().reshape(Shape{1, D}));
-        const Mat Q = (X * Wq).rowwise() + bq;  // [L, D]
-        const Mat K = (Y * Wk).rowwise() + bk;  // [S, D]
-        const Mat V = (Y * Wv).rowwise() + bv;  // [S, D]
+        const Mat Q = (X * Wq).rowwise() + bq;                          // [L, D]
+        const Mat K = (Y * Wk).rowwise() + bk;                          // [S, D]
+        const Mat V = (Y * Wv).rowwise() + bv;                          // [S, D]
         Mat P = Q * K.transpose() / std::sqrt(static_cast<double>(D));  // [L, S]
         for (Index r = 0; r < P.rows(); ++r) {
             P.row(r).array() = (P.row(r).array() - P.row(r).maxCoeff()).exp();
@@ -65,9 +67,11 @@ TEST_CASE("H separate per-head attentions, concatenated, compute what the fused 
         }
         concat.middleCols(i * D, D) = P * V;
     }
-    const Mat out = (concat * as_matrix(sd.at("out_proj.weight")).transpose()).rowwise() +
-                    Eigen::RowVectorXd(as_matrix(sd.at("out_proj.bias").view().reshape(Shape{1, c.E})));
-    HEADWISE_CHECK_CLOSE(fused.view().reshape(Shape{c.L, c.E}), view(out.data(), Shape{c.L, c.E}), 1e-13);
+    const Mat out =
+        (concat * as_matrix(sd.at("out_proj.weight")).transpose()).rowwise() +
+        Eigen::RowVectorXd(as_matrix(sd.at("out_proj.bias").view().reshape(Shape{1, c.E})));
+    HEADWISE_CHECK_CLOSE(fused.view().reshape(Shape{c.L, c.E}), view(out.data(), Shape{c.L, c.E}),
+                         1e-13);
 }
 
 TEST_CASE("H = 1 and H = 8 with the same weights compute different functions", "[questions]") {
@@ -95,7 +99,8 @@ TEST_CASE("H = 1 and H = 8 with the same weights compute different functions", "
     const Mat X = d.q.slice(0).matrix();                          // [L, E]
     const Mat Q = X * W.topRows(32).transpose(), K = X * W.middleRows(32, 32).transpose();
     Mat sum = Mat::Zero(one.L, one.L);
-    for (Index h = 0; h < 8; ++h) sum += Q.middleCols(h * 4, 4) * K.middleCols(h * 4, 4).transpose();
+    for (Index h = 0; h < 8; ++h)
+        sum += Q.middleCols(h * 4, 4) * K.middleCols(h * 4, 4).transpose();
     CHECK((sum - Q * K.transpose()).cwiseAbs().maxCoeff() < 1e-12);
 }
 

@@ -27,28 +27,98 @@ std::vector<MhaConfig> config_grid() {
     std::vector<MhaConfig> grid;
     auto add = [&](MhaConfig c) { grid.push_back(c); };
     MhaConfig c;
-    add(c);                                                    // self-attention, B=2, E=8, H=2
-    c = MhaConfig{}; c.H = 1; add(c);                           // H = 1
-    c = MhaConfig{}; c.H = 8; add(c);                           // H = E (D = 1)
-    c = MhaConfig{}; c.B = 1; c.L = 1; add(c);                  // B = 1, L = 1
-    c = MhaConfig{}; c.bias = false; add(c);                    // no biases
-    c = MhaConfig{}; c.inputs = Inputs::kv_same; c.S = 5; add(c);     // cross, S != L, K is V
-    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 4; add(c);    // three distinct inputs
-    c = MhaConfig{}; c.inputs = Inputs::distinct; c.S = 4; c.kdim = 5; c.vdim = 3; add(c);
-    c = MhaConfig{}; c.inputs = Inputs::kv_same; c.S = 4; c.kdim = 6; c.vdim = 6; add(c);
-    c = MhaConfig{}; c.bias_kv = true; add(c);
-    c = MhaConfig{}; c.zero_attn = true; add(c);
-    c = MhaConfig{}; c.bias_kv = true; c.zero_attn = true; c.masks = MaskKind::all; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::bool_ls; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::bias_ls; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::bool_4d; c.average = false; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::bias_4d; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::key_padding; c.inputs = Inputs::distinct; c.S = 5; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::causal; c.L = 4; add(c);
-    c = MhaConfig{}; c.masks = MaskKind::all; c.inputs = Inputs::kv_same; c.S = 4; c.L = 5; add(c);
-    c = MhaConfig{}; c.batched = false; c.L = 4; c.masks = MaskKind::all; add(c);
-    c = MhaConfig{}; c.B = 3; c.L = 6; c.E = 12; c.H = 3; c.need_weights = false; add(c);
-    c = MhaConfig{}; c.E = 16; c.H = 4; c.L = 5; c.average = false; c.bias_kv = true; add(c);
+    add(c);  // self-attention, B=2, E=8, H=2
+    c = MhaConfig{};
+    c.H = 1;
+    add(c);  // H = 1
+    c = MhaConfig{};
+    c.H = 8;
+    add(c);  // H = E (D = 1)
+    c = MhaConfig{};
+    c.B = 1;
+    c.L = 1;
+    add(c);  // B = 1, L = 1
+    c = MhaConfig{};
+    c.bias = false;
+    add(c);  // no biases
+    c = MhaConfig{};
+    c.inputs = Inputs::kv_same;
+    c.S = 5;
+    add(c);  // cross, S != L, K is V
+    c = MhaConfig{};
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    add(c);  // three distinct inputs
+    c = MhaConfig{};
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    c.kdim = 5;
+    c.vdim = 3;
+    add(c);
+    c = MhaConfig{};
+    c.inputs = Inputs::kv_same;
+    c.S = 4;
+    c.kdim = 6;
+    c.vdim = 6;
+    add(c);
+    c = MhaConfig{};
+    c.bias_kv = true;
+    add(c);
+    c = MhaConfig{};
+    c.zero_attn = true;
+    add(c);
+    c = MhaConfig{};
+    c.bias_kv = true;
+    c.zero_attn = true;
+    c.masks = MaskKind::all;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::bool_ls;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::bias_ls;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::bool_4d;
+    c.average = false;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::bias_4d;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::key_padding;
+    c.inputs = Inputs::distinct;
+    c.S = 5;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::causal;
+    c.L = 4;
+    add(c);
+    c = MhaConfig{};
+    c.masks = MaskKind::all;
+    c.inputs = Inputs::kv_same;
+    c.S = 4;
+    c.L = 5;
+    add(c);
+    c = MhaConfig{};
+    c.batched = false;
+    c.L = 4;
+    c.masks = MaskKind::all;
+    add(c);
+    c = MhaConfig{};
+    c.B = 3;
+    c.L = 6;
+    c.E = 12;
+    c.H = 3;
+    c.need_weights = false;
+    add(c);
+    c = MhaConfig{};
+    c.E = 16;
+    c.H = 4;
+    c.L = 5;
+    c.average = false;
+    c.bias_kv = true;
+    add(c);
     return grid;
 }
 
@@ -116,7 +186,8 @@ TEMPLATE_TEST_CASE("fused, separate and per_head give identical outputs and grad
                 const AttentionForward<T> f = run(m, d);
                 const AttentionGradients<T> g = m.backward(f, dy);
                 HEADWISE_CHECK_CLOSE(f.output, f0.output, Tol<T>::rel);
-                if (c.need_weights) HEADWISE_CHECK_CLOSE(f.attn_weights, f0.attn_weights, Tol<T>::rel);
+                if (c.need_weights)
+                    HEADWISE_CHECK_CLOSE(f.attn_weights, f0.attn_weights, Tol<T>::rel);
                 HEADWISE_CHECK_CLOSE(g.query, g0.query, Tol<T>::rel);
                 HEADWISE_CHECK_CLOSE(g.key, g0.key, Tol<T>::rel);
                 HEADWISE_CHECK_CLOSE(g.value, g0.value, Tol<T>::rel);
@@ -178,7 +249,8 @@ TEMPLATE_TEST_CASE("a query row with no visible key gives zeros, never NaN", "[m
         for (Index j = 0; j < c.S; ++j) d.masks.key_padding_mask(1, j) = true;
     } else if (mask_kind == 2) {
         d.masks.attn_bias = Tensor<T>(Shape{c.L, c.S});
-        for (Index j = 0; j < c.S; ++j) d.masks.attn_bias(1, j) = -std::numeric_limits<T>::infinity();
+        for (Index j = 0; j < c.S; ++j)
+            d.masks.attn_bias(1, j) = -std::numeric_limits<T>::infinity();
     } else {
         d.masks.attn_mask = Tensor<bool>(Shape{c.B, c.H, c.L, c.S});
         for (Index h = 0; h < c.H; ++h)
@@ -324,7 +396,8 @@ TEST_CASE("dropout is inverted, seeded, and the same under every projection", "[
     c.L = 16;
     c.dropout = 0.25;
     const test::MhaData<double> d = test::make_data<double>(c);
-    MultiheadAttention<double> a(c.options(Projection::fused), 8), b(c.options(Projection::per_head), 8);
+    MultiheadAttention<double> a(c.options(Projection::fused), 8),
+        b(c.options(Projection::per_head), 8);
     const auto fa = run(a, d);
     const auto fb = run(b, d);
     HEADWISE_CHECK_CLOSE(fa.attn_weights, fb.attn_weights, 1e-15);
@@ -452,8 +525,8 @@ TEST_CASE("a failed load_state_dict leaves every parameter as it was", "[mha][st
     MultiheadAttention<double> m(o, 0);
     const auto before = m.state_dict();
     auto sd = before;
-    for (auto& [name, t] : sd) t.fill(3.0);            // every entry valid ...
-    sd["out_proj.bias"] = Tensor<double>(Shape{7});   // ... but the last one checked
+    for (auto& [name, t] : sd) t.fill(3.0);          // every entry valid ...
+    sd["out_proj.bias"] = Tensor<double>(Shape{7});  // ... but the last one checked
     REQUIRE_THROWS_AS(m.load_state_dict(sd), shape_error);
     for (const auto& [name, t] : m.state_dict()) {
         CAPTURE(name);
@@ -477,9 +550,12 @@ TEST_CASE("per-head matrices are views of the packed parameters", "[mha][state]"
         REQUIRE(head.v_weight().shape() == Shape{D, 7});
         REQUIRE(head.q_bias().shape() == Shape{D});
         for (Index r = 0; r < D; ++r) {
-            for (Index e = 0; e < 12; ++e) CHECK(head.q_weight()(r, e) == sd.at("q_proj_weight")(h * D + r, e));
-            for (Index e = 0; e < 5; ++e) CHECK(head.k_weight()(r, e) == sd.at("k_proj_weight")(h * D + r, e));
-            for (Index e = 0; e < 7; ++e) CHECK(head.v_weight()(r, e) == sd.at("v_proj_weight")(h * D + r, e));
+            for (Index e = 0; e < 12; ++e)
+                CHECK(head.q_weight()(r, e) == sd.at("q_proj_weight")(h * D + r, e));
+            for (Index e = 0; e < 5; ++e)
+                CHECK(head.k_weight()(r, e) == sd.at("k_proj_weight")(h * D + r, e));
+            for (Index e = 0; e < 7; ++e)
+                CHECK(head.v_weight()(r, e) == sd.at("v_proj_weight")(h * D + r, e));
             CHECK(head.v_bias()(r) == sd.at("in_proj_bias")(2 * 12 + h * D + r));
         }
     }
@@ -489,7 +565,8 @@ TEST_CASE("per-head matrices are views of the packed parameters", "[mha][state]"
     sd2["k_proj_weight"].fill(0.5);
     m.load_state_dict(sd2);
     CHECK(head1.k_weight()(2, 3) == 0.5);
-    REQUIRE_THROWS_WITH(m.head(3), "headwise::MultiheadAttention::head: i: must be in [0, 3), got 3");
+    REQUIRE_THROWS_WITH(m.head(3),
+                        "headwise::MultiheadAttention::head: i: must be in [0, 3), got 3");
 }
 
 TEST_CASE("with_projection keeps parameters and gradients", "[mha]") {
@@ -539,7 +616,8 @@ TEST_CASE("a new module has PyTorch's initial distributions", "[mha][init]") {
     // Same seed, same parameters; another seed, others.
     MultiheadAttention<double> same(o, 123), other(o, 124);
     HEADWISE_CHECK_CLOSE(same.state_dict().at("in_proj_weight"), sd.at("in_proj_weight"), 0.0);
-    CHECK(test::scaled_difference(other.state_dict().at("in_proj_weight"), sd.at("in_proj_weight")).rel > 0.1);
+    CHECK(test::scaled_difference(other.state_dict().at("in_proj_weight"), sd.at("in_proj_weight"))
+              .rel > 0.1);
 }
 
 TEST_CASE("bad options throw a clear error", "[mha][errors]") {
@@ -551,9 +629,11 @@ TEST_CASE("bad options throw a clear error", "[mha][errors]") {
     REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
                         fn + "options.num_heads: must divide embed_dim = 10, got 3");
     o.num_heads = 0;
-    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.num_heads: must be positive, got 0");
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.num_heads: must be positive, got 0");
     o = MultiheadAttentionOptions{};
-    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.embed_dim: must be positive, got 0");
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.embed_dim: must be positive, got 0");
     o.embed_dim = 8;
     o.kdim = -1;
     REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
@@ -564,7 +644,8 @@ TEST_CASE("bad options throw a clear error", "[mha][errors]") {
                         fn + "options.vdim: must be positive, or 0 for embed_dim, got -2");
     o.vdim = 0;
     o.dropout = 1.0;
-    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o), fn + "options.dropout: must be in [0, 1), got 1.000000");
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "options.dropout: must be in [0, 1), got 1.000000");
 }
 
 TEST_CASE("bad shapes throw shape_error naming function, argument, expected and actual shape",
@@ -584,15 +665,19 @@ TEST_CASE("bad shapes throw shape_error naming function, argument, expected and 
         REQUIRE_THROWS_WITH(m.forward(qq, kk, vv, masks), fn + message);
     };
     const AttentionMasks<double> none;
-    fails(Tensor<double>(Shape{2, 3, 7}), k, v, none, "query: expected shape [B, L, 8], got [2, 3, 7]");
+    fails(Tensor<double>(Shape{2, 3, 7}), k, v, none,
+          "query: expected shape [B, L, 8], got [2, 3, 7]");
     fails(Tensor<double>(Shape{3, 8, 1, 1}), k, v, none,
           "query: expected shape [B, L, 8] or [L, 8], got [3, 8, 1, 1]");
-    fails(q, Tensor<double>(Shape{2, 4, 8}), v, none, "key: expected shape [2, S, 6], got [2, 4, 8]");
-    fails(q, Tensor<double>(Shape{3, 4, 6}), v, none, "key: expected shape [2, S, 6], got [3, 4, 6]");
+    fails(q, Tensor<double>(Shape{2, 4, 8}), v, none,
+          "key: expected shape [2, S, 6], got [2, 4, 8]");
+    fails(q, Tensor<double>(Shape{3, 4, 6}), v, none,
+          "key: expected shape [2, S, 6], got [3, 4, 6]");
     fails(q, Tensor<double>(Shape{4, 6}), v, none, "key: expected shape [2, S, 6], got [4, 6]");
-    fails(q, k, Tensor<double>(Shape{2, 5, 8}), none, "value: expected shape [2, 4, 8], got [2, 5, 8]");
-    fails(Tensor<double>(Shape{3, 8}), Tensor<double>(Shape{4, 6}), Tensor<double>(Shape{4, 7}), none,
-          "value: expected shape [4, 8], got [4, 7]");
+    fails(q, k, Tensor<double>(Shape{2, 5, 8}), none,
+          "value: expected shape [2, 4, 8], got [2, 5, 8]");
+    fails(Tensor<double>(Shape{3, 8}), Tensor<double>(Shape{4, 6}), Tensor<double>(Shape{4, 7}),
+          none, "value: expected shape [4, 8], got [4, 7]");
     AttentionMasks<double> bad;
     bad.attn_mask = Tensor<bool>(Shape{4, 3});
     fails(q, k, v, bad, "masks.attn_mask: expected shape [3, 4] or [2, 2, 3, 4], got [4, 3]");
@@ -606,7 +691,8 @@ TEST_CASE("bad shapes throw shape_error naming function, argument, expected and 
     // Nothing changed: the dropout stream did not advance, so the next call equals a fresh one's.
     MultiheadAttention<double> fresh(o, 3);
     std::mt19937_64 rng(1);
-    const Tensor<double> qr = Tensor<double>::randn(q.shape(), rng), kr = Tensor<double>::randn(k.shape(), rng),
+    const Tensor<double> qr = Tensor<double>::randn(q.shape(), rng),
+                         kr = Tensor<double>::randn(k.shape(), rng),
                          vr = Tensor<double>::randn(v.shape(), rng);
     const auto f = m.forward(qr, kr, vr);
     HEADWISE_CHECK_CLOSE(f.output, fresh.forward(qr, kr, vr).output, 0.0);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The attention kernel of one (batch, head) slice: reference loops, masks, strided blocks,
 // fully masked rows, and gradcheck of dQ, dK, dV with dropout.
-#include <headwise/ops/attention.hpp>
 #include <headwise/gradcheck.hpp>
+#include <headwise/ops/attention.hpp>
 
 #include <cmath>   // std::exp, std::sqrt, std::isfinite
 #include <limits>  // std::numeric_limits
@@ -20,8 +20,8 @@ namespace {
 /// softmax(scale Q K^T + bias, masked = -inf) V in loops, double; zero rows where nothing shows.
 Tensor<double> reference_slice(const Tensor<double>& Q, const Tensor<double>& K,
                                const Tensor<double>& V, double scale, const Tensor<bool>& mask,
-                               const Tensor<double>& bias, const Tensor<bool>& padding,
-                               bool causal, Tensor<double>* P_out) {
+                               const Tensor<double>& bias, const Tensor<bool>& padding, bool causal,
+                               Tensor<double>* P_out) {
     const Index L = Q.size(0), S = K.size(0), D = Q.size(1), Dv = V.size(1);
     Tensor<double> O(Shape{L, Dv}), P(Shape{L, S});
     for (Index i = 0; i < L; ++i) {
@@ -44,7 +44,8 @@ Tensor<double> reference_slice(const Tensor<double>& Q, const Tensor<double>& K,
             s[u] = hidden[u] ? 0.0 : std::exp(s[u] - m);
             sum += s[u];
         }
-        for (Index j = 0; j < S; ++j) P(i, j) = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
+        for (Index j = 0; j < S; ++j)
+            P(i, j) = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
         for (Index j = 0; j < S; ++j)
             for (Index e = 0; e < Dv; ++e) O(i, e) += P(i, j) * V(j, e);
     }
@@ -66,11 +67,18 @@ struct SliceCase {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][attention]", float, double) {
+TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][attention]", float,
+                   double) {
     using T = TestType;
-    auto [L, S, D, Dv, masks] = GENERATE(table<Index, Index, Index, Index, int>({
-        {1, 1, 1, 1, 0}, {3, 5, 4, 4, 0}, {4, 4, 2, 3, 1}, {5, 3, 4, 4, 2}, {6, 6, 8, 8, 4},
-        {6, 6, 4, 2, 8}, {7, 5, 3, 3, 15}, {2, 9, 16, 16, 15}}));
+    auto [L, S, D, Dv, masks] =
+        GENERATE(table<Index, Index, Index, Index, int>({{1, 1, 1, 1, 0},
+                                                         {3, 5, 4, 4, 0},
+                                                         {4, 4, 2, 3, 1},
+                                                         {5, 3, 4, 4, 2},
+                                                         {6, 6, 8, 8, 4},
+                                                         {6, 6, 4, 2, 8},
+                                                         {7, 5, 3, 3, 15},
+                                                         {2, 9, 16, 16, 15}}));
     CAPTURE(L, S, D, Dv, masks);
     std::mt19937_64 rng(42);
     const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
@@ -91,7 +99,8 @@ TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][atten
     const bool causal = (masks & 8) != 0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     Tensor<double> P_ref;
-    const Tensor<double> O_ref = reference_slice(Q, K, V, scale, mask, bias, padding, causal, &P_ref);
+    const Tensor<double> O_ref =
+        reference_slice(Q, K, V, scale, mask, bias, padding, causal, &P_ref);
 
     // Q, K, V as strided column blocks of wider matrices, as MultiheadAttention passes them.
     Tensor<T> wide_q(Shape{L, D + 3}), wide_k(Shape{S, D + 2}), wide_v(Shape{S, Dv + 1});
@@ -114,7 +123,8 @@ TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][atten
     HEADWISE_CHECK_CLOSE(P, P_ref, Tol<T>::rel);
 }
 
-TEST_CASE("a row with every key masked attends to nothing: zero output, zero gradient", "[ops][attention]") {
+TEST_CASE("a row with every key masked attends to nothing: zero output, zero gradient",
+          "[ops][attention]") {
     std::mt19937_64 rng(1);
     const Index L = 3, S = 4, D = 2;
     const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
@@ -143,8 +153,8 @@ TEST_CASE("a row with every key masked attends to nothing: zero output, zero gra
 TEST_CASE("attention_backward matches finite differences, masks and dropout included",
           "[ops][attention][gradcheck]") {
     // Plain variables, not structured bindings: lambdas capture them (C++17).
-    const auto row = GENERATE(table<Index, Index, Index, int, double>({
-        {3, 4, 2, 0, 0.0}, {4, 4, 3, 15, 0.0}, {5, 3, 4, 3, 0.3}, {2, 6, 2, 8, 0.5}}));
+    const auto row = GENERATE(table<Index, Index, Index, int, double>(
+        {{3, 4, 2, 0, 0.0}, {4, 4, 3, 15, 0.0}, {5, 3, 4, 3, 0.3}, {2, 6, 2, 8, 0.5}}));
     const Index L = std::get<0>(row), S = std::get<1>(row), D = std::get<2>(row);
     const int masks = std::get<3>(row);
     const double p = std::get<4>(row);
@@ -170,7 +180,8 @@ TEST_CASE("attention_backward matches finite differences, masks and dropout incl
                                        dropout, 3, P.matrix(), A.matrix(), O.matrix());
         return O;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dO) {
+    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
+                                      const Tensor<double>& dO) {
         Tensor<double> P(Shape{L, S}), A(Shape{L, S}), O(Shape{L, D});
         ops::attention_forward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), sm, scale,
                                        dropout, 3, P.matrix(), A.matrix(), O.matrix());

@@ -24,7 +24,8 @@ TEST_CASE("dropout keeps about 1 - p of the entries, scaled by 1 / (1 - p)", "[o
     CHECK_THAT(rate, WithinAbs(1.0 - p, 0.015));  // 20000 draws: std of the rate <= 0.0036
 }
 
-TEST_CASE("the same seed and stream regenerate the same mask, and others differ", "[ops][dropout]") {
+TEST_CASE("the same seed and stream regenerate the same mask, and others differ",
+          "[ops][dropout]") {
     const Tensor<float> x = Tensor<float>::ones(Shape{16, 16});
     Tensor<float> a(x.shape()), b(x.shape()), c(x.shape()), d(x.shape());
     ops::dropout_apply(ops::Dropout{0.5, 5}, 3, x.matrix(), a.matrix());

@@ -20,7 +20,6 @@ namespace reference = headwise::reference;
 
 using headwise::test::identical;
 
-
 TEMPLATE_TEST_CASE("permute matches the reference for every permutation of rank 4", "[permute]",
                    float, double) {
     using T = TestType;

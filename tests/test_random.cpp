@@ -42,7 +42,8 @@ TEST_CASE("uniform01 is the top 53 bits of one draw, scaled to the unit interval
     CHECK(headwise::uniform01(pinned) == 0x1.82a3befaddcbcp-1);  // 0.75515553295453897...
 }
 
-TEST_CASE("uniform01 stays below 1 and at or above 0 at the extremes of the generator", "[random]") {
+TEST_CASE("uniform01 stays below 1 and at or above 0 at the extremes of the generator",
+          "[random]") {
     // A generator returning all ones (max) or zero (min) gives the ends of the range.
     Fixed ones{~std::uint64_t{0}}, zero{0};
     CHECK(headwise::uniform01(ones) < 1.0);

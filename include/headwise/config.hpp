@@ -38,7 +38,7 @@ inline constexpr bool is_real_scalar_v = std::is_same_v<T, float> || std::is_sam
 #endif
 
 /// Rejects scalar types other than float and double with a sentence a user can act on.
-#define HEADWISE_STATIC_ASSERT_REAL(T)                                                      \
-    static_assert(::headwise::detail::is_real_scalar_v<T>,                                  \
+#define HEADWISE_STATIC_ASSERT_REAL(T)                                                        \
+    static_assert(::headwise::detail::is_real_scalar_v<T>,                                    \
                   "headwise: this type is defined for float and double only; instantiate it " \
                   "with float or double")

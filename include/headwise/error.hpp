@@ -35,7 +35,8 @@ private:
                                                 const std::string& argument,
                                                 const std::string& requirement,
                                                 const std::string& actual) {
-    throw std::invalid_argument(function + ": " + argument + ": " + requirement + ", got " + actual);
+    throw std::invalid_argument(function + ": " + argument + ": " + requirement + ", got " +
+                                actual);
 }
 
 namespace detail {

@@ -27,7 +27,9 @@ public:
     Index operator[](int axis) const noexcept { return dims_[static_cast<std::size_t>(axis)]; }
     Index& operator[](int axis) noexcept { return dims_[static_cast<std::size_t>(axis)]; }
     /// Extent of the last axis (the contiguous one); 1 for rank 0.
-    Index back() const noexcept { return rank_ == 0 ? 1 : dims_[static_cast<std::size_t>(rank_ - 1)]; }
+    Index back() const noexcept {
+        return rank_ == 0 ? 1 : dims_[static_cast<std::size_t>(rank_ - 1)];
+    }
     /// Product of all extents; 1 for rank 0 (a scalar).
     Index numel() const noexcept {
         Index n = 1;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Tensor<T> (owning, aligned, contiguous row-major) and TensorView<T> (non-owning), with Eigen maps.
+// Tensor<T> (owning, aligned, contiguous row-major) and TensorView<T> (non-owning), with Eigen
+// maps.
 #pragma once
 
 #include <Eigen/Core>
@@ -27,9 +28,9 @@ using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMaj
 
 /// Map of a contiguous row-major matrix (const-qualified for `const T`).
 template <class T>
-using MatrixMap = Eigen::Map<std::conditional_t<std::is_const_v<T>,
-                                                const RowMatrix<std::remove_const_t<T>>,
-                                                RowMatrix<std::remove_const_t<T>>>>;
+using MatrixMap =
+    Eigen::Map<std::conditional_t<std::is_const_v<T>, const RowMatrix<std::remove_const_t<T>>,
+                                  RowMatrix<std::remove_const_t<T>>>>;
 
 /// Map of a row-major matrix whose rows are `stride` elements apart, e.g. head h's [rows, D]
 /// column block of a [rows, E] matrix.
@@ -101,7 +102,7 @@ void print_tensor(std::ostream& os, const T* data, const Shape& shape) {
 
 struct AlignedDelete {
     void operator()(void* p) const noexcept {
-        ::operator delete(p, std::align_val_t{kTensorAlignment});
+        ::operator delete (p, std::align_val_t{kTensorAlignment});
     }
 };
 
@@ -121,7 +122,8 @@ public:
     TensorView() = default;
     TensorView(T* data, const Shape& shape) : data_(data), shape_(shape) {}
     /// A view of mutable memory converts to a read-only view.
-    template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
+    template <class U,
+              class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
     TensorView(TensorView<U> other) noexcept : data_(other.data()), shape_(other.shape()) {}
     /// Views of an owning tensor (implicit, as for std::string_view).
     template <class U, class = std::enable_if_t<std::is_same_v<std::remove_const_t<T>, U> &&
@@ -167,8 +169,8 @@ public:
     /// Entries [start, start + count) of the leading axis, rank kept.
     TensorView narrow(Index start, Index count) const {
         if (rank() < 1 || start < 0 || count < 0 || start + count > shape_[0])
-            throw std::out_of_range("headwise::TensorView::narrow: range [" + std::to_string(start) +
-                                    ", " + std::to_string(start + count) +
+            throw std::out_of_range("headwise::TensorView::narrow: range [" +
+                                    std::to_string(start) + ", " + std::to_string(start + count) +
                                     ") out of range for shape " + shape_.str());
         Shape s = shape_;
         s[0] = count;
@@ -331,7 +333,9 @@ public:
     TensorView<T> slice(Index i) { return view().slice(i); }
     TensorView<const T> slice(Index i) const { return view().slice(i); }
     TensorView<T> narrow(Index start, Index count) { return view().narrow(start, count); }
-    TensorView<const T> narrow(Index start, Index count) const { return view().narrow(start, count); }
+    TensorView<const T> narrow(Index start, Index count) const {
+        return view().narrow(start, count);
+    }
 
     MatrixMap<T> matrix() { return view().matrix(); }
     MatrixMap<const T> matrix() const { return view().matrix(); }
@@ -356,8 +360,8 @@ public:
 private:
     static std::unique_ptr<T[], detail::AlignedDelete> allocate(Index n) {
         if (n == 0) return nullptr;
-        void* p = ::operator new(static_cast<std::size_t>(n) * sizeof(T),
-                                 std::align_val_t{kTensorAlignment});
+        void* p = ::operator new (static_cast<std::size_t>(n) * sizeof(T),
+                                  std::align_val_t{kTensorAlignment});
         return std::unique_ptr<T[], detail::AlignedDelete>(static_cast<T*>(p));
     }
     std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * sizeof(T); }

@@ -29,7 +29,8 @@ ScaledDifference scaled_difference(const X& a, const Y& b) {
     d.diff = max_abs_diff(a, b);
     const auto B = detail::const_view(b);
     double scale = 0.0;
-    for (Index i = 0; i < B.numel(); ++i) scale = std::max(scale, std::abs(static_cast<double>(B[i])));
+    for (Index i = 0; i < B.numel(); ++i)
+        scale = std::max(scale, std::abs(static_cast<double>(B[i])));
     d.rel = scale > 0.0 ? d.diff.max_abs / scale : d.diff.max_abs;
     return d;
 }
@@ -51,9 +52,9 @@ bool identical(const Tensor<T>& a, const Tensor<T>& b) {
 
 /// CHECKs that `a` matches reference `b` to `tol` relative to b's largest entry, printing the
 /// largest difference and where it is on failure.
-#define HEADWISE_CHECK_CLOSE(a, b, tol)                                         \
-    do {                                                                        \
-        const auto hw_d_ = ::headwise::test::scaled_difference((a), (b));       \
-        INFO(#a " vs " #b ": " << hw_d_.str());                                 \
-        CHECK(hw_d_.rel <= (tol));                                              \
+#define HEADWISE_CHECK_CLOSE(a, b, tol)                                   \
+    do {                                                                  \
+        const auto hw_d_ = ::headwise::test::scaled_difference((a), (b)); \
+        INFO(#a " vs " #b ": " << hw_d_.str());                           \
+        CHECK(hw_d_.rel <= (tol));                                        \
     } while (false)

@@ -29,12 +29,13 @@ struct MhaConfig {
 
     std::string str() const {
         return "B=" + std::to_string(B) + " L=" + std::to_string(L) + " S=" + std::to_string(S) +
-               " E=" + std::to_string(E) + " H=" + std::to_string(H) + " kdim=" +
-               std::to_string(kdim) + " vdim=" + std::to_string(vdim) + " bias=" +
-               std::to_string(bias) + " bias_kv=" + std::to_string(bias_kv) + " zero_attn=" +
-               std::to_string(zero_attn) + " inputs=" + std::to_string(static_cast<int>(inputs)) +
-               " masks=" + std::to_string(static_cast<int>(masks)) + " dropout=" +
-               std::to_string(dropout) + " batched=" + std::to_string(batched);
+               " E=" + std::to_string(E) + " H=" + std::to_string(H) +
+               " kdim=" + std::to_string(kdim) + " vdim=" + std::to_string(vdim) +
+               " bias=" + std::to_string(bias) + " bias_kv=" + std::to_string(bias_kv) +
+               " zero_attn=" + std::to_string(zero_attn) +
+               " inputs=" + std::to_string(static_cast<int>(inputs)) +
+               " masks=" + std::to_string(static_cast<int>(masks)) +
+               " dropout=" + std::to_string(dropout) + " batched=" + std::to_string(batched);
     }
     MultiheadAttentionOptions options(Projection p) const {
         MultiheadAttentionOptions o;
@@ -85,7 +86,8 @@ MhaData<T> make_data(const MhaConfig& c, std::uint64_t seed = 7) {
     if (c.masks == MaskKind::bool_4d) d.masks.attn_mask = bool_mask(Shape{B, c.H, c.L, S});
     if (c.masks == MaskKind::bias_ls || all)
         d.masks.attn_bias = Tensor<T>::randn(Shape{c.L, S}, rng);
-    if (c.masks == MaskKind::bias_4d) d.masks.attn_bias = Tensor<T>::randn(Shape{B, c.H, c.L, S}, rng);
+    if (c.masks == MaskKind::bias_4d)
+        d.masks.attn_bias = Tensor<T>::randn(Shape{B, c.H, c.L, S}, rng);
     if (c.masks == MaskKind::key_padding || all) {
         d.masks.key_padding_mask = c.batched ? Tensor<bool>(Shape{B, S}) : Tensor<bool>(Shape{S});
         for (Index i = 0; i < d.masks.key_padding_mask.numel(); ++i)
@@ -123,7 +125,8 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     rm.causal = d.masks.is_causal;
     const Index S = c.inputs == Inputs::self ? c.L : c.S;
     return reference_mha(params_in_double(m), c.batched ? c.B : 1, c.L, S, c.E, c.H, c.kd(), c.vd(),
-                         dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn, rm);
+                         dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn,
+                         rm);
 }
 
 }  // namespace headwise::test

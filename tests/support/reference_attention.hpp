@@ -2,11 +2,11 @@
 // Multi-head attention forward in plain loops and double precision: the oracle for the module.
 #pragma once
 
-#include <cmath>    // std::exp, std::sqrt, std::isinf
-#include <limits>   // std::numeric_limits
-#include <map>      // std::map
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <cmath>   // std::exp, std::sqrt, std::isinf
+#include <limits>  // std::numeric_limits
+#include <map>     // std::map
+#include <string>  // std::string
+#include <vector>  // std::vector
 
 #include <headwise/tensor.hpp>
 
@@ -41,7 +41,8 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
     const bool packed = params.count("in_proj_weight") > 0;
     // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [E, in_p].
     auto w = [&](int p, Index o, Index c) -> double {
-        if (packed) return params.at("in_proj_weight")[static_cast<std::size_t>((p * E + o) * E + c)];
+        if (packed)
+            return params.at("in_proj_weight")[static_cast<std::size_t>((p * E + o) * E + c)];
         const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
         const Index in = p == 0 ? E : (p == 1 ? kdim : vdim);
         return params.at(names[p])[static_cast<std::size_t>(o * in + c)];
@@ -54,16 +55,17 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
         for (Index n = 0; n < B * rows; ++n)
             for (Index o = 0; o < E; ++o) {
                 double acc = b_in(p, o);
-                for (Index c = 0; c < in; ++c) acc += x[static_cast<std::size_t>(n * in + c)] * w(p, o, c);
+                for (Index c = 0; c < in; ++c)
+                    acc += x[static_cast<std::size_t>(n * in + c)] * w(p, o, c);
                 y[static_cast<std::size_t>(n * E + o)] = acc;
             }
         return y;
     };
-    const std::vector<double> Q = project(0, q, L, E);     // [B, L, E]
-    std::vector<double> K = project(1, k, S, kdim);        // [B, S, E]
-    std::vector<double> V = project(2, v, S, vdim);        // [B, S, E]
+    const std::vector<double> Q = project(0, q, L, E);  // [B, L, E]
+    std::vector<double> K = project(1, k, S, kdim);     // [B, S, E]
+    std::vector<double> V = project(2, v, S, vdim);     // [B, S, E]
     const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);
-    auto kx = [&](Index b, Index j, Index e) -> double {   // keys after appending
+    auto kx = [&](Index b, Index j, Index e) -> double {  // keys after appending
         if (j < S) return K[static_cast<std::size_t>((b * S + j) * E + e)];
         if (bias_kv && j == S) return params.at("bias_k")[static_cast<std::size_t>(e)];
         return 0.0;
@@ -88,7 +90,8 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                 for (Index j = 0; j < Sx; ++j) {
                     double acc = 0;
                     for (Index d = 0; d < D; ++d)
-                        acc += Q[static_cast<std::size_t>((b * L + i) * E + h * D + d)] * kx(b, j, h * D + d);
+                        acc += Q[static_cast<std::size_t>((b * L + i) * E + h * D + d)] *
+                               kx(b, j, h * D + d);
                     acc *= scale;
                     if (j < S) {
                         const Index mi = (masks.attn_mask_4d ? ((b * H + h) * L + i) : i) * S + j;
@@ -110,7 +113,8 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     const double p = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
                     r.weights[static_cast<std::size_t>(((b * H + h) * L + i) * Sx + j)] = p;
                     for (Index d = 0; d < D; ++d)
-                        ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] += p * vx(b, j, h * D + d);
+                        ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] +=
+                            p * vx(b, j, h * D + d);
                 }
             }
     r.output.assign(static_cast<std::size_t>(B * L * E), 0.0);
@@ -119,7 +123,8 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
         for (Index o = 0; o < E; ++o) {
             double acc = bias ? params.at("out_proj.bias")[static_cast<std::size_t>(o)] : 0.0;
             for (Index c = 0; c < E; ++c)
-                acc += ctx[static_cast<std::size_t>(n * E + c)] * wo[static_cast<std::size_t>(o * E + c)];
+                acc += ctx[static_cast<std::size_t>(n * E + c)] *
+                       wo[static_cast<std::size_t>(o * E + c)];
             r.output[static_cast<std::size_t>(n * E + o)] = acc;
         }
     return r;

@@ -4,7 +4,7 @@
 
 #include <array>    // std::array
 #include <cstddef>  // std::size_t
-#include <vector>  // std::vector
+#include <vector>   // std::vector
 
 #include "../config.hpp"
 #include "../layers/attention_options.hpp"
@@ -105,7 +105,8 @@ inline ProjectionPlan make_projection_plan(Projection projection, const Attentio
         gm.segments = {Segment{kQuery, 0, E}, Segment{kKey, E, E}, Segment{kValue, 2 * E, E}};
         gm.segment_count = 3;
         plan.gemms = {gm};
-        for (int i = 0; i < 3; ++i) plan.heads[static_cast<std::size_t>(i)] = interleaved(0, i * E, 3 * E, i);
+        for (int i = 0; i < 3; ++i)
+            plan.heads[static_cast<std::size_t>(i)] = interleaved(0, i * E, 3 * E, i);
     } else if (projection == Projection::fused && kv_same) {
         // Q[B L, E] = Xq Wq^T + bq, then KV[B S, 2E] = Xkv [Wk; Wv]^T + [bk; bv] in one GEMM.
         plan.buffers = {{NL, E}, {NS, 2 * E}};

@@ -25,21 +25,24 @@ enum class Projection {
 
 inline const char* to_string(Projection p) noexcept {
     switch (p) {
-        case Projection::fused: return "fused";
-        case Projection::separate: return "separate";
-        case Projection::per_head: return "per_head";
+        case Projection::fused:
+            return "fused";
+        case Projection::separate:
+            return "separate";
+        case Projection::per_head:
+            return "per_head";
     }
     return "unknown";
 }
 
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
-    Index embed_dim = 0;   // E
-    Index num_heads = 1;   // H; must divide E; D = E / H
+    Index embed_dim = 0;  // E
+    Index num_heads = 1;  // H; must divide E; D = E / H
     Projection projection = Projection::fused;
-    bool bias = true;      // in_proj_bias and out_proj.bias
-    Index kdim = 0;        // key features; 0 means embed_dim
-    Index vdim = 0;        // value features; 0 means embed_dim
+    bool bias = true;            // in_proj_bias and out_proj.bias
+    Index kdim = 0;              // key features; 0 means embed_dim
+    Index vdim = 0;              // value features; 0 means embed_dim
     bool add_bias_kv = false;    // learnt bias_k, bias_v appended to the keys and values
     bool add_zero_attn = false;  // a zero key and value appended after them
     double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
@@ -52,11 +55,11 @@ struct MultiheadAttentionOptions {
 /// zero gradients, never NaN.
 template <class T>
 struct AttentionMasks {
-    Tensor<bool> attn_mask;         // [L, S] or [B, H, L, S]; empty = none
-    Tensor<T> attn_bias;            // additive, [L, S] or [B, H, L, S]; empty = none
-    Tensor<bool> key_padding_mask;  // [B, S] ([S] for an unbatched call); true = padding
-    bool is_causal = false;         // query i may attend key j only if j <= i (top-left aligned)
-    bool need_weights = false;      // return the attention weights (costs B*H*L*S memory)
+    Tensor<bool> attn_mask;            // [L, S] or [B, H, L, S]; empty = none
+    Tensor<T> attn_bias;               // additive, [L, S] or [B, H, L, S]; empty = none
+    Tensor<bool> key_padding_mask;     // [B, S] ([S] for an unbatched call); true = padding
+    bool is_causal = false;            // query i may attend key j only if j <= i (top-left aligned)
+    bool need_weights = false;         // return the attention weights (costs B*H*L*S memory)
     bool average_attn_weights = true;  // weights [B, L, S] averaged over heads; else [B, H, L, S]
 };
 

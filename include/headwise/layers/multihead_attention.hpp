@@ -5,14 +5,14 @@
 
 #include <Eigen/Core>
 
-#include <cmath>        // std::sqrt
-#include <cstdint>      // std::uint64_t
-#include <map>          // std::map
-#include <memory>       // std::shared_ptr
-#include <stdexcept>    // std::invalid_argument
-#include <string>       // std::string
-#include <utility>      // std::move
-#include <vector>       // std::vector
+#include <cmath>      // std::sqrt
+#include <cstdint>    // std::uint64_t
+#include <map>        // std::map
+#include <memory>     // std::shared_ptr
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include "../config.hpp"
 #include "../detail/parallel.hpp"
@@ -203,19 +203,19 @@ struct AttentionSaved {
     ops::Dropout dropout;
     ProjectionPlan plan;
     Shape output_shape, shape_of[3];
-    Tensor<T> x[3];                 // inputs as [B N_i, in_i]; x[1], x[2] empty when shared
-    int x_of[3] = {0, 1, 2};        // which x holds argument i
-    std::vector<Tensor<T>> y;       // projection buffers (plan.buffers)
-    Tensor<T> kx, vx;               // [B, H, S', D] when keys are appended, else empty
-    Tensor<T> P;                    // [B, H, L, S'] softmax probabilities
-    Tensor<T> ctx;                  // [B L, E] concatenated heads
+    Tensor<T> x[3];            // inputs as [B N_i, in_i]; x[1], x[2] empty when shared
+    int x_of[3] = {0, 1, 2};   // which x holds argument i
+    std::vector<Tensor<T>> y;  // projection buffers (plan.buffers)
+    Tensor<T> kx, vx;          // [B, H, S', D] when keys are appended, else empty
+    Tensor<T> P;               // [B, H, L, S'] softmax probabilities
+    Tensor<T> ctx;             // [B L, E] concatenated heads
 };
 
 /// [rows, D] block of (b, h) in `data` under layout `l`.
 template <class T>
 StridedMatrixMap<T> head_block(T* data, const HeadLayout& l, Index b, Index h, Index D) {
-    return StridedMatrixMap<T>(data + l.offset + b * l.batch_stride + h * l.head_stride, l.rows,
-                               D, Eigen::OuterStride<>(l.row_stride));
+    return StridedMatrixMap<T>(data + l.offset + b * l.batch_stride + h * l.head_stride, l.rows, D,
+                               Eigen::OuterStride<>(l.row_stride));
 }
 
 inline Shape merge_rows(const Shape& s) {  // [B, N, F] or [N, F] -> [B N, F]
@@ -390,7 +390,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     }
     detail::HeadLayout lq = s.plan.heads[kQuery], lk = s.plan.heads[kKey],
                        lv = s.plan.heads[kValue];
-    const T* ydata[3] = {y[static_cast<std::size_t>(lq.buffer)], y[static_cast<std::size_t>(lk.buffer)],
+    const T* ydata[3] = {y[static_cast<std::size_t>(lq.buffer)],
+                         y[static_cast<std::size_t>(lk.buffer)],
                          y[static_cast<std::size_t>(lv.buffer)]};
 
     // ---- 2. append bias_k / bias_v, then a zero key and value (torch's order) ----------------
@@ -400,8 +401,10 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
             s.kx = Tensor<T>::uninitialized(shape);
             s.vx = Tensor<T>::uninitialized(shape);
         }
-        T* kx = training ? s.kx.data() : workspace_.get(kWsKx, shape, false).data();  // [B, H, S', D]
-        T* vx = training ? s.vx.data() : workspace_.get(kWsVx, shape, false).data();  // [B, H, S', D]
+        T* kx =
+            training ? s.kx.data() : workspace_.get(kWsKx, shape, false).data();  // [B, H, S', D]
+        T* vx =
+            training ? s.vx.data() : workspace_.get(kWsVx, shape, false).data();  // [B, H, S', D]
         for (Index b = 0; b < B; ++b)
             for (Index h = 0; h < H_; ++h) {
                 MatrixMap<T> Kx(kx + (b * H_ + h) * Sx * D_, Sx, D_);
@@ -432,15 +435,21 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     const Index LS = L * Sx;
     const int threads = detail::max_threads();
     if (training) s.P = Tensor<T>::uninitialized(Shape{B, H_, L, Sx});  // written per slice
-    const TensorView<T> P = training ? s.P.view()
-                                     : workspace_.get(kWsP, keep_p ? Shape{B, H_, L, Sx} : Shape{threads, L, Sx}, false);
-    const TensorView<T> A = workspace_.get(kWsA, dropout.active() ? Shape{threads, L, Sx} : Shape{0}, false);
+    const TensorView<T> P =
+        training
+            ? s.P.view()
+            : workspace_.get(kWsP, keep_p ? Shape{B, H_, L, Sx} : Shape{threads, L, Sx}, false);
+    const TensorView<T> A =
+        workspace_.get(kWsA, dropout.active() ? Shape{threads, L, Sx} : Shape{0}, false);
     // Per-head weights after dropout, when they differ from P and are asked for.
     Tensor<T> weights = masks.need_weights && (!average || dropout.active())
                             ? Tensor<T>::uninitialized(Shape{B, H_, L, Sx})  // written per slice
                             : Tensor<T>();
     if (training) s.ctx = Tensor<T>::uninitialized(Shape{B * L, E_});  // heads written in turn
-    const TensorView<T> ctx = training ? s.ctx.view() : workspace_.get(kWsCtx, Shape{B * L, E_}, false);  // [B L, E] = Concat(head_1, ..., head_H)
+    const TensorView<T> ctx =
+        training ? s.ctx.view()
+                 : workspace_.get(kWsCtx, Shape{B * L, E_},
+                                  false);  // [B L, E] = Concat(head_1, ..., head_H)
     const bool* attn_mask = masks.attn_mask.empty() ? nullptr : masks.attn_mask.data();
     const T* attn_bias = masks.attn_bias.empty() ? nullptr : masks.attn_bias.data();
     const bool per_slice_mask = masks.attn_mask.rank() == 4;
@@ -458,17 +467,17 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         mask.masked_keys = S;
         MatrixMap<T> Pbh(P.data() + (keep_p ? slice : thread) * LS, L, Sx);  // [L, S']
         MatrixMap<T> Abh(dropout.active() ? A.data() + thread * LS : Pbh.data(), L, Sx);
-        ops::attention_forward<T>(
-            detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
-            detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
-            detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_), mask, scale, dropout,
-            static_cast<std::uint64_t>(slice), Pbh, Abh,
-            ctx.matrix().block(b * L, h * D_, L, D_));
+        ops::attention_forward<T>(detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
+                                  detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
+                                  detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_),
+                                  mask, scale, dropout, static_cast<std::uint64_t>(slice), Pbh, Abh,
+                                  ctx.matrix().block(b * L, h * D_, L, D_));
         if (!weights.empty()) MatrixMap<T>(weights.data() + slice * LS, L, Sx) = Abh;
     });
     if (average) {
         // torch returns the weights after dropout, averaged over heads: [B, L, S'].
-        const TensorView<const T> per_head = weights.empty() ? TensorView<const T>(P) : weights.view();  // [B, H, L, S']
+        const TensorView<const T> per_head =
+            weights.empty() ? TensorView<const T>(P) : weights.view();  // [B, H, L, S']
         Tensor<T> avg(Shape{B, L, Sx});
         for (Index b = 0; b < B; ++b) {
             MatrixMap<T> Wb(avg.data() + b * LS, L, Sx);
@@ -517,14 +526,16 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
 
     // ---- 4. output = ctx W_o^T + b_o  ->  dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout
     const MatrixMap<const T> dout = grad_output.reshape(Shape{B * L, E_}).matrix();  // [B L, E]
-    const TensorView<T> dctx = workspace_.get(kWsDctx, Shape{B * L, E_}, true);     // [B L, E]
+    const TensorView<T> dctx = workspace_.get(kWsDctx, Shape{B * L, E_}, true);      // [B L, E]
     ops::linear_backward<T>(s.ctx.matrix(), w_out_.matrix(), dout, dctx.matrix(), gw_out_.matrix(),
                             options_.bias ? gb_out_.data() : nullptr);
 
     // ---- 3. attention per (batch, head), in reverse -------------------------------------------
     std::vector<T*> dy;  // gradients of the projection buffers, same layouts
     for (std::size_t i = 0; i < s.plan.buffers.size(); ++i)
-        dy.push_back(workspace_.get(kWsDy + i, Shape{s.plan.buffers[i][0], s.plan.buffers[i][1]}, true).data());
+        dy.push_back(
+            workspace_.get(kWsDy + i, Shape{s.plan.buffers[i][0], s.plan.buffers[i][1]}, true)
+                .data());
     detail::HeadLayout lq = s.plan.heads[kQuery], lk = s.plan.heads[kKey],
                        lv = s.plan.heads[kValue];
     const T* ydata[3] = {s.y[static_cast<std::size_t>(lq.buffer)].data(),
@@ -547,7 +558,8 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
         dv = dvx.data();
     }
     const int threads = detail::max_threads();
-    const TensorView<T> scratch = workspace_.get(kWsP, Shape{threads, L, Sx}, false);  // [threads, L, S']
+    const TensorView<T> scratch =
+        workspace_.get(kWsP, Shape{threads, L, Sx}, false);  // [threads, L, S']
     detail::parallel_for(B * H_, [&](Index slice, int thread) {
         const Index b = slice / H_, h = slice % H_;
         ops::attention_backward<T>(
@@ -581,12 +593,13 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     AttentionGradients<T> grads;
     Tensor<T> dx[3];
     for (int i = 0; i < 3; ++i)
-        dx[i] = Tensor<T>(Shape{s.g.B * (i == kQuery ? L : S), i == kQuery ? E_ : (i == kKey ? kdim_ : vdim_)});
+        dx[i] = Tensor<T>(
+            Shape{s.g.B * (i == kQuery ? L : S), i == kQuery ? E_ : (i == kKey ? kdim_ : vdim_)});
     for (const detail::ProjectionGemm& gm : s.plan.gemms) {
         const Tensor<T>& X = s.x[s.x_of[gm.input]];  // [B N, in]
         MatrixMap<const T> W(w_in_.data() + gm.w_offset, gm.w_rows, gm.in);
-        StridedMatrixMap<T> dY(dy[static_cast<std::size_t>(gm.buffer)] + gm.y_offset,
-                               X.size(0), gm.w_rows, Eigen::OuterStride<>(gm.y_stride));
+        StridedMatrixMap<T> dY(dy[static_cast<std::size_t>(gm.buffer)] + gm.y_offset, X.size(0),
+                               gm.w_rows, Eigen::OuterStride<>(gm.y_stride));
         MatrixMap<T> dW(gw_in_.data() + gm.w_offset, gm.w_rows, gm.in);
         ops::linear_backward_weight<T>(dY, X.matrix(), dW);
         if (options_.bias) ops::linear_backward_bias<T>(dY, gb_in_.data() + gm.b_offset);
@@ -639,7 +652,8 @@ struct MultiheadAttention<T>::Views {
 template <class T>
 std::vector<Parameter<T>> MultiheadAttention<T>::parameters() {
     std::vector<Parameter<T>> out;
-    for (auto& [name, value, grad] : Views::of(*this)) out.push_back(Parameter<T>{name, value, grad});
+    for (auto& [name, value, grad] : Views::of(*this))
+        out.push_back(Parameter<T>{name, value, grad});
     return out;
 }
 

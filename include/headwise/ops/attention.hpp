@@ -56,10 +56,10 @@ void attention_forward(ConstMatrixRef<T> Q,  // [L, D]
 ///   dS  = P ⊙ (dP - rowsum(dP ⊙ P))    from P = softmax(S)
 ///   dQ += scale dS K,  dK += scale dS^T Q   from S = scale Q K^T + bias
 template <class T>
-void attention_backward(ConstMatrixRef<T> Q,   // [L, D]
-                        ConstMatrixRef<T> K,   // [S, D]
-                        ConstMatrixRef<T> V,   // [S, Dv]
-                        ConstMatrixRef<T> P,   // [L, S] forward's softmax output
+void attention_backward(ConstMatrixRef<T> Q,  // [L, D]
+                        ConstMatrixRef<T> K,  // [S, D]
+                        ConstMatrixRef<T> V,  // [S, Dv]
+                        ConstMatrixRef<T> P,  // [L, S] forward's softmax output
                         T scale, const Dropout& dropout, std::uint64_t dropout_stream,
                         ConstMatrixRef<T> dO,  // [L, Dv]
                         MatrixRef<T> scratch,  // [L, S]

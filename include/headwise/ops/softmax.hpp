@@ -53,7 +53,7 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
     constexpr T kMasked = -std::numeric_limits<T>::infinity();
     constexpr Index kChunk = 64;
     const T kMinExponent = std::log(std::numeric_limits<T>::min());  // -87.3 float, -708.4 double
-    Eigen::Array<T, 1, kChunk> chunk;  // one chunk of a row's scores
+    Eigen::Array<T, 1, kChunk> chunk;                                // one chunk of a row's scores
 
     for (Index i = 0; i < R; ++i) {
         // Softmax is invariant to shifting a row by a constant, so subtract the row max m:
