@@ -50,16 +50,29 @@ RowMatrix<T> random_matrix(Index rows, Index cols, std::mt19937_64& rng) {
     return RowMatrix<T>(t.matrix());
 }
 
+/// The operands of the bare-GEMM cases, drawn before the timed loop.
+template <class T>
+struct GemmOperands {
+    explicit GemmOperands(const Problem& p)
+        : X(random_matrix<T>(p.N, p.in, rng_)),
+          W(random_matrix<T>(p.out, p.in, rng_)),
+          b(random_matrix<T>(1, p.out, rng_)),
+          Y(p.N, p.out) {}
+
+    std::mt19937_64 rng_{42};
+    const RowMatrix<T> X;  // [N, in]
+    const RowMatrix<T> W;  // [out, in]
+    const RowMatrix<T> b;  // [1, out]
+    RowMatrix<T> Y;        // [N, out]
+};
+
 template <class T>
 void BM_EigenGemm(benchmark::State& state) {
     const Problem p(state);
-    std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
-    const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
-    RowMatrix<T> Y(p.N, p.out);                                 // [N, out]
+    GemmOperands<T> g(p);
     for (auto _ : state) {
-        Y.noalias() = X * W.transpose();
-        benchmark::DoNotOptimize(Y.data());
+        g.Y.noalias() = g.X * g.W.transpose();
+        benchmark::DoNotOptimize(g.Y.data());
         benchmark::ClobberMemory();
     }
     set_flops(state, p);
@@ -68,15 +81,11 @@ void BM_EigenGemm(benchmark::State& state) {
 template <class T>
 void BM_EigenGemmBiasAfter(benchmark::State& state) {
     const Problem p(state);
-    std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
-    const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
-    const RowMatrix<T> b = random_matrix<T>(1, p.out, rng);     // [1, out]
-    RowMatrix<T> Y(p.N, p.out);                                 // [N, out]
+    GemmOperands<T> g(p);
     for (auto _ : state) {
-        Y.noalias() = X * W.transpose();
-        Y.rowwise() += b.row(0);
-        benchmark::DoNotOptimize(Y.data());
+        g.Y.noalias() = g.X * g.W.transpose();
+        g.Y.rowwise() += g.b.row(0);
+        benchmark::DoNotOptimize(g.Y.data());
         benchmark::ClobberMemory();
     }
     set_flops(state, p);
@@ -85,15 +94,11 @@ void BM_EigenGemmBiasAfter(benchmark::State& state) {
 template <class T>
 void BM_EigenGemmBiasFirst(benchmark::State& state) {
     const Problem p(state);
-    std::mt19937_64 rng(42);
-    const RowMatrix<T> X = random_matrix<T>(p.N, p.in, rng);    // [N, in]
-    const RowMatrix<T> W = random_matrix<T>(p.out, p.in, rng);  // [out, in]
-    const RowMatrix<T> b = random_matrix<T>(1, p.out, rng);     // [1, out]
-    RowMatrix<T> Y(p.N, p.out);                                 // [N, out]
+    GemmOperands<T> g(p);
     for (auto _ : state) {
-        Y.rowwise() = b.row(0);
-        Y.noalias() += X * W.transpose();
-        benchmark::DoNotOptimize(Y.data());
+        g.Y.rowwise() = g.b.row(0);
+        g.Y.noalias() += g.X * g.W.transpose();
+        benchmark::DoNotOptimize(g.Y.data());
         benchmark::ClobberMemory();
     }
     set_flops(state, p);

@@ -4,18 +4,15 @@
 #include <headwise/io/npy.hpp>
 #include <headwise/layers/multihead_attention.hpp>
 
-#include <algorithm>   // std::max
-#include <cmath>       // std::fabs, std::isfinite
 #include <filesystem>  // std::filesystem::directory_iterator
-#include <limits>      // std::numeric_limits
 #include <map>         // std::map
 #include <set>         // std::set
-#include <sstream>     // std::ostringstream
 #include <string>      // std::string
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/match.hpp"
 
 using headwise::Index;
 using headwise::Projection;
@@ -39,47 +36,9 @@ Tensor<T> cast(const Tensor<double>& t) {
     return out;
 }
 
-/// "[1, 0, 3]": the multi-index of a flat row-major position.
-std::string unravel(Index flat, const Shape& shape) {
-    std::vector<Index> index(static_cast<std::size_t>(shape.rank()));
-    for (int a = shape.rank(); a-- > 0;) {
-        index[static_cast<std::size_t>(a)] = flat % shape[a];
-        flat /= shape[a];
-    }
-    return Shape(index).str();
-}
-
-struct Difference {
-    double max_abs = 0.0;  // largest |actual - expected|
-    double scale = 0.0;    // largest |expected|
-    Index where = -1;      // flat index of max_abs
-    double actual = 0.0, expected = 0.0;
-
-    /// max_abs / scale; max_abs itself for an all-zero expectation (e.g. a query gradient that
-    /// vanishes because a single key takes all the attention).
-    double relative() const { return scale > 0.0 ? max_abs / scale : max_abs; }
-};
-
-template <class T>
-Difference difference(TensorView<const T> actual, const Tensor<double>& expected) {
-    Difference d;
-    for (Index i = 0; i < expected.numel(); ++i) {
-        const double a = static_cast<double>(actual.data()[i]);
-        const double e = expected.data()[i];
-        d.scale = std::max(d.scale, std::fabs(e));
-        const double diff =
-            std::isfinite(a) ? std::fabs(a - e) : std::numeric_limits<double>::infinity();
-        if (d.where < 0 || diff > d.max_abs) {
-            d.max_abs = diff;
-            d.where = i;
-            d.actual = a;
-            d.expected = e;
-        }
-    }
-    return d;
-}
-
-/// Checks one tensor against PyTorch's, telling where the largest difference is on failure.
+/// Checks one tensor against PyTorch's: the largest difference relative to the largest |PyTorch|
+/// value (the difference itself for an all-zero expectation, e.g. a query gradient that vanishes
+/// because a single key takes all the attention), and where it is on failure.
 template <class T>
 void check_close(const std::string& name, TensorView<const T> actual,
                  const Tensor<double>& expected, double tolerance) {
@@ -87,14 +46,9 @@ void check_close(const std::string& name, TensorView<const T> actual,
                    << expected.shape());
     CHECK(actual.shape() == expected.shape());
     if (actual.shape() != expected.shape()) return;
-    const Difference d = difference(actual, expected);
-    std::ostringstream where;
-    where.precision(17);
-    where << "largest |difference| " << d.max_abs << " at " << unravel(d.where, expected.shape())
-          << ": headwise " << d.actual << ", PyTorch " << d.expected << "; max |PyTorch| "
-          << d.scale;
-    INFO(where.str());
-    CHECK(d.relative() <= tolerance);
+    const headwise::test::ScaledDifference d = headwise::test::scaled_difference(actual, expected);
+    INFO(d.str());
+    CHECK(d.rel <= tolerance);
 }
 
 template <class T>

@@ -13,6 +13,7 @@ using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
 using headwise::test::MhaConfig;
+using headwise::test::with;
 
 namespace {
 
@@ -82,42 +83,22 @@ GradcheckResult check_module(const MhaConfig& c, Projection p) {
 }  // namespace
 
 TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradcheck]") {
-    std::vector<MhaConfig> grid;
-    MhaConfig c;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::all;
-    c.bias_kv = true;
-    c.zero_attn = true;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.inputs = Inputs::distinct;
-    c.S = 4;
-    c.kdim = 5;
-    c.vdim = 3;
-    c.masks = MaskKind::key_padding;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.inputs = Inputs::kv_same;
-    c.S = 4;
-    c.masks = MaskKind::bias_4d;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::causal;
-    c.dropout = 0.3;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.inputs = Inputs::distinct;
-    c.S = 2;
-    c.masks = MaskKind::bool_4d;
-    c.dropout = 0.2;
-    c.bias_kv = true;
-    grid.push_back(c);
-    c = MhaConfig{};
-    c.bias = false;
-    c.H = 4;
-    c.batched = false;
-    grid.push_back(c);
+    using C = MhaConfig&;
+    const std::vector<MhaConfig> grid = {
+        MhaConfig{},
+        with([](C c) { c.masks = MaskKind::all, c.bias_kv = true, c.zero_attn = true; }),
+        with([](C c) {
+            c.inputs = Inputs::distinct, c.S = 4, c.kdim = 5, c.vdim = 3;
+            c.masks = MaskKind::key_padding;
+        }),
+        with([](C c) { c.inputs = Inputs::kv_same, c.S = 4, c.masks = MaskKind::bias_4d; }),
+        with([](C c) { c.masks = MaskKind::causal, c.dropout = 0.3; }),
+        with([](C c) {
+            c.inputs = Inputs::distinct, c.S = 2, c.masks = MaskKind::bool_4d;
+            c.dropout = 0.2, c.bias_kv = true;
+        }),
+        with([](C c) { c.bias = false, c.H = 4, c.batched = false; }),
+    };
     for (const MhaConfig& cfg : grid) {
         for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
             CAPTURE(cfg.str(), to_string(p));

@@ -16,6 +16,7 @@ using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
 using headwise::test::MhaConfig;
+using headwise::test::with;
 
 namespace {
 
@@ -24,102 +25,31 @@ constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
 
 /// The grid of shapes, masks and options every equivalence test runs over.
 std::vector<MhaConfig> config_grid() {
-    std::vector<MhaConfig> grid;
-    auto add = [&](MhaConfig c) { grid.push_back(c); };
-    MhaConfig c;
-    add(c);  // self-attention, B=2, E=8, H=2
-    c = MhaConfig{};
-    c.H = 1;
-    add(c);  // H = 1
-    c = MhaConfig{};
-    c.H = 8;
-    add(c);  // H = E (D = 1)
-    c = MhaConfig{};
-    c.B = 1;
-    c.L = 1;
-    add(c);  // B = 1, L = 1
-    c = MhaConfig{};
-    c.bias = false;
-    add(c);  // no biases
-    c = MhaConfig{};
-    c.inputs = Inputs::kv_same;
-    c.S = 5;
-    add(c);  // cross, S != L, K is V
-    c = MhaConfig{};
-    c.inputs = Inputs::distinct;
-    c.S = 4;
-    add(c);  // three distinct inputs
-    c = MhaConfig{};
-    c.inputs = Inputs::distinct;
-    c.S = 4;
-    c.kdim = 5;
-    c.vdim = 3;
-    add(c);
-    c = MhaConfig{};
-    c.inputs = Inputs::kv_same;
-    c.S = 4;
-    c.kdim = 6;
-    c.vdim = 6;
-    add(c);
-    c = MhaConfig{};
-    c.bias_kv = true;
-    add(c);
-    c = MhaConfig{};
-    c.zero_attn = true;
-    add(c);
-    c = MhaConfig{};
-    c.bias_kv = true;
-    c.zero_attn = true;
-    c.masks = MaskKind::all;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::bool_ls;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::bias_ls;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::bool_4d;
-    c.average = false;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::bias_4d;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::key_padding;
-    c.inputs = Inputs::distinct;
-    c.S = 5;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::causal;
-    c.L = 4;
-    add(c);
-    c = MhaConfig{};
-    c.masks = MaskKind::all;
-    c.inputs = Inputs::kv_same;
-    c.S = 4;
-    c.L = 5;
-    add(c);
-    c = MhaConfig{};
-    c.batched = false;
-    c.L = 4;
-    c.masks = MaskKind::all;
-    add(c);
-    c = MhaConfig{};
-    c.B = 3;
-    c.L = 6;
-    c.E = 12;
-    c.H = 3;
-    c.need_weights = false;
-    add(c);
-    c = MhaConfig{};
-    c.E = 16;
-    c.H = 4;
-    c.L = 5;
-    c.average = false;
-    c.bias_kv = true;
-    add(c);
-    return grid;
+    using C = MhaConfig&;
+    return {
+        MhaConfig{},                                              // self-attention, B=2, E=8, H=2
+        with([](C c) { c.H = 1; }),                               // one head
+        with([](C c) { c.H = 8; }),                               // H = E (D = 1)
+        with([](C c) { c.B = 1, c.L = 1; }),                      // B = 1, L = 1
+        with([](C c) { c.bias = false; }),                        // no biases
+        with([](C c) { c.inputs = Inputs::kv_same, c.S = 5; }),   // cross, S != L, K is V
+        with([](C c) { c.inputs = Inputs::distinct, c.S = 4; }),  // three distinct inputs
+        with([](C c) { c.inputs = Inputs::distinct, c.S = 4, c.kdim = 5, c.vdim = 3; }),
+        with([](C c) { c.inputs = Inputs::kv_same, c.S = 4, c.kdim = 6, c.vdim = 6; }),
+        with([](C c) { c.bias_kv = true; }),
+        with([](C c) { c.zero_attn = true; }),
+        with([](C c) { c.bias_kv = true, c.zero_attn = true, c.masks = MaskKind::all; }),
+        with([](C c) { c.masks = MaskKind::bool_ls; }),
+        with([](C c) { c.masks = MaskKind::bias_ls; }),
+        with([](C c) { c.masks = MaskKind::bool_4d, c.average = false; }),
+        with([](C c) { c.masks = MaskKind::bias_4d; }),
+        with([](C c) { c.masks = MaskKind::key_padding, c.inputs = Inputs::distinct, c.S = 5; }),
+        with([](C c) { c.masks = MaskKind::causal, c.L = 4; }),
+        with([](C c) { c.masks = MaskKind::all, c.inputs = Inputs::kv_same, c.S = 4, c.L = 5; }),
+        with([](C c) { c.batched = false, c.L = 4, c.masks = MaskKind::all; }),
+        with([](C c) { c.B = 3, c.L = 6, c.E = 12, c.H = 3, c.need_weights = false; }),
+        with([](C c) { c.E = 16, c.H = 4, c.L = 5, c.average = false, c.bias_kv = true; }),
+    };
 }
 
 template <class T>

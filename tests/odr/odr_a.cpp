@@ -4,16 +4,11 @@
 
 #include <cstddef>  // std::size_t
 
+#include "attention_step.hpp"
+
 std::size_t headwise_odr_a() {
     // The same MultiheadAttention<float> instantiation in both translation units.
-    headwise::MultiheadAttentionOptions opt;
-    opt.embed_dim = 4;
-    opt.num_heads = 2;
-    headwise::MultiheadAttention<float> mha(opt, 1);
-    const headwise::Tensor<float> q(headwise::Shape{1, 2, 4});  // [B, L, E]
-    auto fwd = mha.forward(q, q, q);
-    mha.backward(fwd, fwd.output);
-    if (fwd.output.numel() != 8) return 0;
+    if (headwise_odr_attention_step() != 8) return 0;
     headwise::Tensor<float> x(headwise::Shape{2, 3});  // [2, 3]
     return static_cast<std::size_t>(x.numel());
 }

@@ -54,6 +54,14 @@ struct MhaConfig {
     Index vd() const { return vdim ? vdim : E; }
 };
 
+/// The default configuration changed by `edit`: `with([](MhaConfig& c) { c.H = 1; })`.
+template <class Edit>
+MhaConfig with(Edit edit) {
+    MhaConfig c;
+    edit(c);
+    return c;
+}
+
 /// Inputs and masks of a configuration, drawn from a fixed seed. Every query row keeps at least
 /// one visible key (fully masked rows are tested on their own).
 template <class T>

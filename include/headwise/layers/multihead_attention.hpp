@@ -211,7 +211,7 @@ struct AttentionSaved {
     Tensor<T> ctx;             // [B L, E] concatenated heads
 };
 
-/// [rows, D] block of (b, h) in `data` under layout `l`.
+/// [rows, D] block of (b, h) in `data` under layout `l` (read-only when `data` is const).
 template <class T>
 StridedMatrixMap<T> head_block(T* data, const HeadLayout& l, Index b, Index h, Index D) {
     return StridedMatrixMap<T>(data + l.offset + b * l.batch_stride + h * l.head_stride, l.rows, D,
@@ -409,8 +409,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
             for (Index h = 0; h < H_; ++h) {
                 MatrixMap<T> Kx(kx + (b * H_ + h) * Sx * D_, Sx, D_);
                 MatrixMap<T> Vx(vx + (b * H_ + h) * Sx * D_, Sx, D_);
-                Kx.topRows(S) = detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_);
-                Vx.topRows(S) = detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_);
+                Kx.topRows(S) = detail::head_block(ydata[kKey], lk, b, h, D_);
+                Vx.topRows(S) = detail::head_block(ydata[kValue], lv, b, h, D_);
                 if (bias_kv) {
                     Kx.row(S) = MatrixMap<const T>(bias_k_.data() + h * D_, 1, D_);
                     Vx.row(S) = MatrixMap<const T>(bias_v_.data() + h * D_, 1, D_);
@@ -467,10 +467,10 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         mask.masked_keys = S;
         MatrixMap<T> Pbh(P.data() + (keep_p ? slice : thread) * LS, L, Sx);  // [L, S']
         MatrixMap<T> Abh(dropout.active() ? A.data() + thread * LS : Pbh.data(), L, Sx);
-        ops::attention_forward<T>(detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
-                                  detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
-                                  detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_),
-                                  mask, scale, dropout, static_cast<std::uint64_t>(slice), Pbh, Abh,
+        ops::attention_forward<T>(detail::head_block(ydata[kQuery], lq, b, h, D_),
+                                  detail::head_block(ydata[kKey], lk, b, h, D_),
+                                  detail::head_block(ydata[kValue], lv, b, h, D_), mask, scale,
+                                  dropout, static_cast<std::uint64_t>(slice), Pbh, Abh,
                                   ctx.matrix().block(b * L, h * D_, L, D_));
         if (!weights.empty()) MatrixMap<T>(weights.data() + slice * LS, L, Sx) = Abh;
     });
@@ -563,9 +563,9 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     detail::parallel_for(B * H_, [&](Index slice, int thread) {
         const Index b = slice / H_, h = slice % H_;
         ops::attention_backward<T>(
-            detail::head_block(const_cast<T*>(ydata[kQuery]), lq, b, h, D_),
-            detail::head_block(const_cast<T*>(ydata[kKey]), lk, b, h, D_),
-            detail::head_block(const_cast<T*>(ydata[kValue]), lv, b, h, D_),
+            detail::head_block(ydata[kQuery], lq, b, h, D_),
+            detail::head_block(ydata[kKey], lk, b, h, D_),
+            detail::head_block(ydata[kValue], lv, b, h, D_),
             MatrixMap<const T>(s.P.data() + slice * LS, L, Sx), s.scale, s.dropout,
             static_cast<std::uint64_t>(slice), dctx.matrix().block(b * L, h * D_, L, D_),
             MatrixMap<T>(scratch.data() + thread * LS, L, Sx), detail::head_block(dq, lq, b, h, D_),
@@ -622,10 +622,11 @@ void MultiheadAttention<T>::zero_grad() {
 
 template <class T>
 struct MultiheadAttention<T>::Views {
-    // (name, parameter, gradient) in torch's state_dict order.
-    static std::vector<std::tuple<std::string, TensorView<T>, TensorView<T>>> of(
-        MultiheadAttention& m) {
-        std::vector<std::tuple<std::string, TensorView<T>, TensorView<T>>> v;
+    // (name, parameter, gradient) in torch's state_dict order; read-only views for a const m.
+    template <class Module>
+    static auto of(Module& m) {
+        using View = decltype(m.w_in_.view());
+        std::vector<std::tuple<std::string, View, View>> v;
         const Index E = m.E_;
         if (m.packed()) {
             v.emplace_back("in_proj_weight", m.w_in_.view().reshape(Shape{3 * E, E}),
@@ -660,7 +661,7 @@ std::vector<Parameter<T>> MultiheadAttention<T>::parameters() {
 template <class T>
 typename MultiheadAttention<T>::StateDict MultiheadAttention<T>::state_dict() const {
     StateDict sd;
-    for (auto& [name, value, grad] : Views::of(const_cast<MultiheadAttention&>(*this)))
+    for (auto& [name, value, grad] : Views::of(*this))
         sd.emplace(name, Tensor<T>(TensorView<const T>(value)));
     return sd;
 }
@@ -668,7 +669,7 @@ typename MultiheadAttention<T>::StateDict MultiheadAttention<T>::state_dict() co
 template <class T>
 typename MultiheadAttention<T>::StateDict MultiheadAttention<T>::grad_dict() const {
     StateDict sd;
-    for (auto& [name, value, grad] : Views::of(const_cast<MultiheadAttention&>(*this)))
+    for (auto& [name, value, grad] : Views::of(*this))
         sd.emplace(name, Tensor<T>(TensorView<const T>(grad)));
     return sd;
 }
