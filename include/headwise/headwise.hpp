@@ -10,6 +10,7 @@
 #include "io/npy.hpp"
 #include "layers/attention_options.hpp"
 #include "layers/linear.hpp"
+#include "layers/module.hpp"
 #include "layers/multihead_attention.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
