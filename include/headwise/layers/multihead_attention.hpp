@@ -27,6 +27,7 @@
 #include "../random.hpp"
 #include "../tensor.hpp"
 #include "attention_options.hpp"
+#include "module.hpp"
 
 namespace headwise {
 
@@ -53,14 +54,6 @@ struct AttentionGradients {
     Tensor<T> query;
     Tensor<T> key;
     Tensor<T> value;
-};
-
-/// A named parameter and its gradient, both views into the module (for optimiser steps).
-template <class T>
-struct Parameter {
-    std::string name;
-    TensorView<T> value;
-    TensorView<T> grad;
 };
 
 /// Head i's slices of the in-projection, as views into the packed parameters (no copy):
