@@ -15,6 +15,7 @@
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/linear.hpp"
+#include "ops/score_mask.hpp"
 #include "ops/softmax.hpp"
 #include "random.hpp"
 #include "shape.hpp"
