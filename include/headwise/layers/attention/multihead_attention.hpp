@@ -6,7 +6,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>    // std::copy
-#include <cmath>        // std::sqrt
+#include <cmath>        // std::sqrt, std::isfinite
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::shared_ptr, std::make_shared
 #include <stdexcept>    // std::invalid_argument
@@ -211,6 +211,9 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
                                std::to_string(options.dropout));
+    if (options.scale && !std::isfinite(*options.scale))
+        throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
+                               std::to_string(*options.scale));
     detail::InProjLayout& w = layout_;
     w.E = options.embed_dim;
     w.H = options.num_heads;
@@ -310,7 +313,8 @@ void MultiheadAttention<T>::set_up_call(detail::AttentionActivations<T>& a,
     c.batched = query.rank() == 3;
     c.bias_kv = options_.add_bias_kv;
     c.zero_attn = options_.add_zero_attn;
-    c.scale = T(1) / std::sqrt(static_cast<T>(layout_.D));
+    c.scale = options_.scale ? static_cast<T>(*options_.scale)
+                             : T(1) / std::sqrt(static_cast<T>(layout_.D));
     c.dropout = ops::Dropout{};
     if (this->training_ && options_.dropout > 0.0)
         c.dropout = ops::Dropout{options_.dropout, rng_()};
@@ -334,6 +338,7 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
     mask.bias_ld = g.S;
     if (!m.key_padding_mask.empty()) mask.key_padding = m.key_padding_mask.data() + b * g.S;
     mask.causal = m.is_causal;
+    mask.causal_offset = ops::causal_offset(m.causal_alignment, g.L, g.S);
     mask.masked_keys = g.S;
     return mask;
 }
