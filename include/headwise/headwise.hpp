@@ -31,6 +31,7 @@
 #include "ops/dropout.hpp"
 #include "ops/layer_norm.hpp"
 #include "ops/linear.hpp"
+#include "ops/score_mask.hpp"
 #include "ops/softmax.hpp"
 #include "optim/adam.hpp"
 #include "optim/clip_grad_norm.hpp"
