@@ -13,6 +13,7 @@
 #include "layers/module.hpp"
 #include "layers/multihead_attention.hpp"
 #include "ops/attention.hpp"
+#include "ops/blocked_attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/linear.hpp"
 #include "ops/softmax.hpp"

@@ -67,35 +67,40 @@ void attention_backward(ConstMatrixRef<T> Q,  // [L, D]
                         MatrixRef<T> dK,       // [S, D]  +=
                         MatrixRef<T> dV);      // [S, Dv] +=
 
-/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf.
+/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf. `S` may
+/// be a tile of the slice: its entry (i, j) is entry (row0 + i, col0 + j) of the [L, S] scores.
 template <class T>
-void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S);
+void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0 = 0, Index col0 = 0);
 
 // ------------------------------------------------------------------------------------------------
 
 template <class T>
-void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S) {
+void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0, Index col0) {
     if (!mask.any()) return;
     constexpr T kHidden = -std::numeric_limits<T>::infinity();
     const Index L = S.rows();
-    const Index covered = mask.masked_keys < 0 ? S.cols() : mask.masked_keys;
-    HEADWISE_ASSERT(covered <= S.cols());
+    // Columns of this tile that the masks cover (the appended keys beyond stay visible).
+    const Index covered_all = mask.masked_keys < 0 ? col0 + S.cols() : mask.masked_keys;
+    const Index covered =
+        covered_all - col0 < S.cols() ? covered_all - col0 : S.cols();  // may be <= 0
     for (Index i = 0; i < L; ++i) {
         T* row = S.row(i).data();
+        const Index gi = row0 + i;  // row of the whole slice
         if (mask.bias) {
-            const T* b = mask.bias + i * mask.bias_ld;
+            const T* b = mask.bias + gi * mask.bias_ld + col0;
             for (Index j = 0; j < covered; ++j) row[j] += b[j];
         }
         if (mask.mask) {
-            const bool* m = mask.mask + i * mask.mask_ld;
+            const bool* m = mask.mask + gi * mask.mask_ld + col0;
             for (Index j = 0; j < covered; ++j)
                 if (m[j]) row[j] = kHidden;
         }
         if (mask.key_padding)
             for (Index j = 0; j < covered; ++j)
-                if (mask.key_padding[j]) row[j] = kHidden;
-        if (mask.causal)
-            for (Index j = i + 1; j < covered; ++j) row[j] = kHidden;
+                if (mask.key_padding[col0 + j]) row[j] = kHidden;
+        if (mask.causal)  // slice column col0 + j is hidden when col0 + j > gi
+            for (Index j = gi + 1 - col0 > 0 ? gi + 1 - col0 : 0; j < covered; ++j)
+                row[j] = kHidden;
     }
 }
 
