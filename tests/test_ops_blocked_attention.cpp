@@ -20,11 +20,12 @@ using namespace headwise;
 namespace {
 
 enum MaskBits : int {
-    kBool = 1,      // a boolean [L, S0] mask, one row fully hidden
-    kBias = 2,      // an additive [L, S0] bias with a few -inf
-    kPadding = 4,   // a key padding mask [S0] with a run of padded keys
-    kCausal = 8,    // top-left causal
-    kAppended = 16  // two keys past the masked ones (bias_k, zero attention): never masked
+    kBool = 1,         // a boolean [L, S0] mask, one row fully hidden
+    kBias = 2,         // an additive [L, S0] bias with a few -inf
+    kPadding = 4,      // a key padding mask [S0] with a run of padded keys
+    kCausal = 8,       // causal, top-left unless kBottomRight
+    kAppended = 16,    // two keys past the masked ones (bias_k, zero attention): never masked
+    kBottomRight = 32  // causal aligned bottom-right: query i sees keys j <= i + S0 - L
 };
 
 /// One slice's inputs and masks, drawn from a fixed seed. S0 = the keys the masks cover.
@@ -64,6 +65,8 @@ struct Slice {
             sm.key_padding = padding.data();
         }
         sm.causal = (masks & kCausal) != 0;
+        if (masks & kBottomRight)
+            sm.causal_offset = ops::causal_offset(CausalAlignment::bottom_right, L, S0);
         sm.masked_keys = S0;
     }
 };
@@ -133,6 +136,8 @@ TEMPLATE_TEST_CASE("blocked attention equals the materialised kernels, forward a
         {13, 19, 6, 5, 4, 3, kPadding, 0.0},
         {21, 21, 6, 5, 4, 3, kCausal, 0.0},
         {19, 13, 6, 5, 5, 4, kCausal, 0.0},  // L > S
+        {9, 22, 6, 5, 4, 3, kCausal | kBottomRight, 0.0},
+        {22, 9, 6, 5, 4, 3, kCausal | kBottomRight | kAppended, 0.2},  // rows that see nothing
         {13, 11, 6, 5, 4, 3, kBool | kBias | kPadding | kCausal, 0.0},
         {13, 12, 6, 5, 4, 3, kBool | kPadding | kCausal | kAppended, 0.0},
         {13, 12, 6, 5, 4, 5, kBias | kAppended, 0.0},
@@ -231,6 +236,10 @@ TEST_CASE("tiles that a mask hides completely are found, appended keys never", "
     causal.masked_keys = 6;                                 // keys 6, 7 appended
     CHECK_FALSE(ops::tile_hidden(causal, 8, 0, 2, 4, 4));
     CHECK(ops::tile_hidden(causal, 8, 0, 2, 4, 2));
+    causal.masked_keys = -1;
+    causal.causal_offset = 4;                              // bottom-right, L = 4, S = 8
+    CHECK_FALSE(ops::tile_hidden(causal, 8, 0, 2, 4, 2));  // row 1 sees key 5
+    CHECK(ops::tile_hidden(causal, 8, 0, 2, 6, 2));
 
     bool padding[8] = {false, false, false, false, true, true, true, true};
     ops::ScoreMask<float> padded;

@@ -11,8 +11,8 @@
 
 #include "../config.hpp"
 #include "../tensor.hpp"
-#include "attention.hpp"
 #include "dropout.hpp"
+#include "score_mask.hpp"
 
 // The same attention as ops/attention.hpp (Vaswani et al. 2017, Eq. 1),
 //   O = dropout(softmax(scale Q K^T + bias, masked = -inf)) V,
@@ -129,10 +129,10 @@ void exp_shifted_row(const RowIn& X, T shift, RowOut&& P) {
 
 template <class T>
 bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c) {
-    const Index covered = mask.masked_keys < 0 ? S : mask.masked_keys;
-    if (j0 + c > covered) return false;  // appended keys (bias_k, zero attention) always show
-    // Causal: key j is hidden from row i when j > i; the tile's first key is past its last row.
-    if (mask.causal && j0 > i0 + r - 1) return true;
+    if (j0 + c > mask.covered(S)) return false;  // appended keys (bias_k, zero attention) show
+    // Causal: causal_end is non-decreasing in the row, so the tile is hidden when its first key
+    // is at or past the last row's end.
+    if (mask.causal && j0 >= mask.causal_end(i0 + r - 1, S)) return true;
     if (mask.key_padding) {
         bool all = true;
         for (Index j = j0; j < j0 + c && all; ++j) all = mask.key_padding[j];
