@@ -209,7 +209,7 @@ TEMPLATE_TEST_CASE("a row that sees no key gets zero output and zero gradients, 
         for (T v : *t) CHECK(std::isfinite(v));
 }
 
-TEMPLATE_TEST_CASE("a NaN score makes its row's output NaN and leaves the other rows alone",
+TEMPLATE_TEST_CASE("a NaN or +inf score makes its row's output NaN and leaves the other rows alone",
                    "[ops][blocked]", float, double) {
     using T = TestType;
     const Index L = 6, S = 7;
@@ -218,12 +218,13 @@ TEMPLATE_TEST_CASE("a NaN score makes its row's output NaN and leaves the other 
         for (Index j = 0; j < S; ++j)
             if (std::isinf(x.bias(i, j))) x.bias(i, j) = T(0);
     x.bias(2, 5) = std::numeric_limits<T>::quiet_NaN();
+    x.bias(4, 0) = std::numeric_limits<T>::infinity();  // exp(s - max) = exp(inf - inf)
     const Blocked<T> b = run_blocked(x, T(0.7), ops::Dropout{}, ops::AttentionTiles{2, 3});
     for (Index i = 0; i < L; ++i)
         for (Index e = 0; e < 3; ++e) {
             CAPTURE(i, e);
-            CHECK(std::isnan(b.O(i, e)) == (i == 2));
-            if (i != 2) CHECK(std::isfinite(b.dQ(i, e)));
+            CHECK(std::isnan(b.O(i, e)) == (i == 2 || i == 4));
+            if (i != 2 && i != 4) CHECK(std::isfinite(b.dQ(i, e)));
         }
 }
 
