@@ -8,6 +8,11 @@
 #include "gradcheck.hpp"
 #include "init.hpp"
 #include "io/npy.hpp"
+// Weight files in safetensors format need nlohmann/json (linked by headwise::headwise when CMake
+// found it); without it everything else is still here.
+#if __has_include(<nlohmann/json.hpp>)
+#include "io/safetensors.hpp"
+#endif
 #include "layers/attention/multihead_attention.hpp"
 #include "layers/attention/options.hpp"
 #include "layers/dropout.hpp"
@@ -17,11 +22,14 @@
 #include "layers/linear.hpp"
 #include "layers/module.hpp"
 #include "layers/relu.hpp"
+#include "layers/transformer_encoder_layer.hpp"
 #include "losses/cross_entropy.hpp"
 #include "losses/mse.hpp"
 #include "losses/reduction.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
+#include "ops/cached_attention.hpp"
+#include "ops/blocked_attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/layer_norm.hpp"
 #include "ops/linear.hpp"
