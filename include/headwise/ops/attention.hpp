@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 
+#include <cmath>    // std::isnan
 #include <cstdint>  // std::uint64_t
 #include <limits>   // std::numeric_limits
 
@@ -67,7 +68,9 @@ void attention_backward(ConstMatrixRef<T> Q,  // [L, D]
                         MatrixRef<T> dK,       // [S, D]  +=
                         MatrixRef<T> dV);      // [S, Dv] +=
 
-/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf.
+/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf, except
+/// a NaN score, which stays NaN (NaN in, NaN out: a NaN in a query, a key or the bias is never
+/// hidden by a mask, as in PyTorch, which adds -inf to mask).
 template <class T>
 void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S);
 
@@ -76,10 +79,12 @@ void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S);
 template <class T>
 void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S) {
     if (!mask.any()) return;
-    constexpr T kHidden = -std::numeric_limits<T>::infinity();
     const Index L = S.rows();
     const Index covered = mask.masked_keys < 0 ? S.cols() : mask.masked_keys;
     HEADWISE_ASSERT(covered <= S.cols());
+    const auto hide = [](T& s) {
+        if (!std::isnan(s)) s = -std::numeric_limits<T>::infinity();
+    };
     for (Index i = 0; i < L; ++i) {
         T* row = S.row(i).data();
         if (mask.bias) {
@@ -89,13 +94,13 @@ void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S) {
         if (mask.mask) {
             const bool* m = mask.mask + i * mask.mask_ld;
             for (Index j = 0; j < covered; ++j)
-                if (m[j]) row[j] = kHidden;
+                if (m[j]) hide(row[j]);
         }
         if (mask.key_padding)
             for (Index j = 0; j < covered; ++j)
-                if (mask.key_padding[j]) row[j] = kHidden;
+                if (mask.key_padding[j]) hide(row[j]);
         if (mask.causal)
-            for (Index j = i + 1; j < covered; ++j) row[j] = kHidden;
+            for (Index j = i + 1; j < covered; ++j) hide(row[j]);
     }
 }
 

@@ -30,7 +30,8 @@ struct Dropout {
 };
 
 /// Y = X ⊙ M / (1 - p) with M ~ Bernoulli(1 - p) drawn row-major from stream `stream` of
-/// `dropout`. Y may alias X. `Matrix` is any Eigen row-major matrix expression with direct access.
+/// `dropout`. Y may alias X. A dropped NaN stays NaN (NaN * 0), as in PyTorch. `Matrix` is any
+/// Eigen row-major matrix expression with direct access.
 template <class MatrixIn, class MatrixOut>
 void dropout_apply(const Dropout& dropout, std::uint64_t stream, const MatrixIn& X, MatrixOut&& Y) {
     HEADWISE_ASSERT(X.rows() == Y.rows() && X.cols() == Y.cols());
@@ -39,7 +40,7 @@ void dropout_apply(const Dropout& dropout, std::uint64_t stream, const MatrixIn&
     const T scale = static_cast<T>(1.0 / (1.0 - dropout.p));
     for (Index i = 0; i < X.rows(); ++i)
         for (Index j = 0; j < X.cols(); ++j)
-            Y(i, j) = bernoulli(rng, dropout.p) ? T(0) : X(i, j) * scale;
+            Y(i, j) = X(i, j) * (bernoulli(rng, dropout.p) ? T(0) : scale);  // NaN stays NaN
 }
 
 }  // namespace headwise::ops
