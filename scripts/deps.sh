@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
-# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2 and Google Benchmark,
-# and for the fuzz preset clang++ with libFuzzer (clang-14, libclang-rt-14-dev).
+# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
+# nlohmann/json (safetensors headers), and for the fuzz preset clang++ with libFuzzer (clang-14,
+# libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
 #   source scripts/deps.sh && headwise_deps   the same, from another script
@@ -32,6 +33,8 @@ headwise_deps() {
     _headwise_have_package catch2 "" Catch2Config.cmake || missing+=(catch2)
     _headwise_have_package libbenchmark-dev benchmark/benchmark.h benchmarkConfig.cmake ||
         missing+=(libbenchmark-dev)
+    _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
+        missing+=(nlohmann-json3-dev)
     # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
     _headwise_have_command clang++ || missing+=(clang-14 clang)
     _headwise_have_fuzzer_runtime || missing+=(libclang-rt-14-dev)

@@ -93,9 +93,10 @@ struct MhaCase {
 };
 
 /// A random case from `seed`: B 1..3, L and S 1..5, E from 1 to 12 with H any divisor of E (1 to
-/// E), kdim/vdim free where the inputs allow, every mask kind and combination, causal, bias on
-/// or off, bias_kv, zero_attn, dropout, batched or not, need_weights averaged or per head or
-/// not at all, training or eval. Sizes stay small so hundreds of cases run in seconds.
+/// E), kdim/vdim free where the inputs allow, every mask kind and combination, causal (either
+/// alignment), a chosen scale, bias on or off, bias_kv, zero_attn, dropout, batched or not,
+/// need_weights averaged or per head or not at all, training or eval. Sizes stay small so hundreds
+/// of cases run in seconds.
 inline MhaCase random_case(std::uint64_t seed) {
     std::mt19937_64 rng(seed ^ 0x5DEECE66Dull);
     const auto pick = [&](Index lo, Index hi) {  // uniform in [lo, hi]
@@ -136,6 +137,8 @@ inline MhaCase random_case(std::uint64_t seed) {
     k.attn_bias = ranks[pick(0, 3)];
     k.key_padding = chance(0.35);
     k.causal = chance(0.25);
+    if (k.causal && chance(0.4)) c.alignment = CausalAlignment::bottom_right;
+    if (chance(0.2)) c.scale = uniform(rng, 0.1, 1.5);
     k.masked_row = (k.attn_mask != 0 || k.key_padding) && chance(0.3);
     k.infinite_bias = k.attn_bias != 0 && chance(0.25);
     k.training = chance(0.75);
