@@ -32,18 +32,24 @@ void randomize_parameters(MultiheadAttention<T>& m, std::uint64_t seed, double s
 }
 
 /// The factor forward's dropout applied to each weight [B, H, L, S'], regenerated from its seed
-/// in plain loops: 0 where dropped, 1 / (1 - p) where kept. Slice (b, h) draws from stream
-/// b H + h, row-major over its [L, S'] weights, one Bernoulli(p) draw each (ops/dropout.hpp).
+/// in plain loops: 0 where dropped, 1 / (1 - p) where kept. Weight (i, j) of slice (b, h) is
+/// dropped when the 32 bits its counter gives (stream b H + h, row i, column j; ops/dropout.hpp)
+/// fall below round(p 2^32).
 inline std::vector<double> dropout_factors(const ops::Dropout& dropout, Index B, Index H, Index L,
                                            Index Sx) {
     std::vector<double> f(static_cast<std::size_t>(B * H * L * Sx), 1.0);
     if (!dropout.active()) return f;
     const double keep = 1.0 / (1.0 - dropout.p);
+    const auto threshold = static_cast<std::uint64_t>(dropout.p * 4294967296.0 + 0.5);
     for (Index slice = 0; slice < B * H; ++slice) {
-        Generator rng(ops::Dropout::stream_seed(dropout.seed, static_cast<std::uint64_t>(slice)));
-        for (Index k = 0; k < L * Sx; ++k)
-            f[static_cast<std::size_t>(slice * L * Sx + k)] =
-                bernoulli(rng, dropout.p) ? 0.0 : keep;
+        const std::uint64_t key =
+            ops::Dropout::stream_seed(dropout.seed, static_cast<std::uint64_t>(slice));
+        for (Index i = 0; i < L; ++i) {
+            const std::uint64_t row = ops::Dropout::row_key(key, i);
+            for (Index j = 0; j < Sx; ++j)
+                f[static_cast<std::size_t>((slice * L + i) * Sx + j)] =
+                    ops::Dropout::column_bits(row, j) < threshold ? 0.0 : keep;
+        }
     }
     return f;
 }
