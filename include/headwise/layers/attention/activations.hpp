@@ -21,6 +21,7 @@ template <class T>
 struct AttentionCall {
     ProjectionPlan plan;  // plan.key: projection, layout, geometry, self, kv_same
     bool batched = true;
+    bool bias = true;                         // in_proj_bias and out_proj.bias
     bool bias_kv = false, zero_attn = false;  // keys appended after the projected ones
     T scale = T(0);                           // 1 / sqrt(D)
     ops::Dropout dropout;                     // inactive in eval mode

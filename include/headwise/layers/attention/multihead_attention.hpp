@@ -128,8 +128,11 @@ public:
     /// arguments, added into this module's parameter gradients (until zero_grad()).
     AttentionGradients<T> backward(const AttentionForward<T>& fwd, TensorView<const T> grad_output);
 
-    /// Switches the projection computation; parameters and gradients stay as they are.
-    MultiheadAttention& with_projection(Projection projection) noexcept {
+    /// Switches the projection computation; parameters and gradients stay as they are. Throws
+    /// std::invalid_argument for a value that is no Projection enumerator.
+    MultiheadAttention& with_projection(Projection projection) {
+        detail::check_projection("headwise::MultiheadAttention::with_projection", "projection",
+                                 projection);
         options_.projection = projection;
         return *this;
     }
@@ -154,6 +157,7 @@ private:
     detail::AttentionGeometry check_forward(TensorView<const T> query, TensorView<const T> key,
                                             TensorView<const T> value,
                                             const AttentionMasks<T>& masks) const;
+    void check_same_options(const detail::AttentionCall<T>& c) const;
     void check_masks(const AttentionMasks<T>& m, const detail::AttentionGeometry& g,
                      bool batched) const;
     void set_up_call(detail::AttentionActivations<T>& a, const detail::AttentionGeometry& g,
@@ -214,6 +218,7 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     if (options.scale && !std::isfinite(*options.scale))
         throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
                                std::to_string(*options.scale));
+    detail::check_projection(fn, "options.projection", options.projection);
     detail::InProjLayout& w = layout_;
     w.E = options.embed_dim;
     w.H = options.num_heads;
@@ -221,6 +226,18 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     w.kdim = options.kdim ? options.kdim : w.E;
     w.vdim = options.vdim ? options.vdim : w.E;
     w.kv_heads = w.H;
+    // The in-projection [E, E + kdim + vdim] is the largest parameter (out_proj is [E, E], the
+    // biases 3E): its element count and byte size must not overflow.
+    Index in_features = 0, elements = 0, bytes = 0;
+    if (__builtin_add_overflow(w.E, w.kdim, &in_features) ||
+        __builtin_add_overflow(in_features, w.vdim, &in_features) ||
+        __builtin_mul_overflow(w.E, in_features, &elements) ||
+        __builtin_mul_overflow(elements, static_cast<Index>(sizeof(T)), &bytes))
+        throw std::invalid_argument(
+            std::string(fn) + ": options: embed_dim = " + std::to_string(w.E) +
+            ", kdim = " + std::to_string(w.kdim) + ", vdim = " + std::to_string(w.vdim) +
+            ": the in-projection weights [embed_dim, embed_dim + kdim + vdim] overflow the "
+            "address space");
 
     w_in_ = Tensor<T>(Shape{w.weight_size()});
     gw_in_ = Tensor<T>(w_in_.shape());
@@ -281,6 +298,8 @@ detail::AttentionGeometry MultiheadAttention<T>::check_forward(
     const Index Sx = S + (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
     const detail::AttentionGeometry g{B, L, S, Sx};
     check_masks(masks, g, batched);
+    // The scores [B, H, L, S + 2] (at most two appended keys) must be countable: Shape checks.
+    static_cast<void>(Shape{B, layout_.H, L, S + 2});
     return g;
 }
 
@@ -291,14 +310,41 @@ void MultiheadAttention<T>::check_masks(const AttentionMasks<T>& m,
     const Shape ls{g.L, g.S};
     const Shape bhls{g.B, layout_.H, g.L, g.S};
     const auto two = [&] { return ls.str() + " or " + bhls.str(); };
-    if (!m.attn_mask.empty() && m.attn_mask.shape() != ls && m.attn_mask.shape() != bhls)
+    // Only an absent (default-constructed) mask means none; an empty one of another shape is an
+    // error like any wrong shape.
+    if (!detail::mask_absent(m.attn_mask) && m.attn_mask.shape() != ls &&
+        m.attn_mask.shape() != bhls)
         throw shape_error(fn, "masks.attn_mask", two(), m.attn_mask.shape());
-    if (!m.attn_bias.empty() && m.attn_bias.shape() != ls && m.attn_bias.shape() != bhls)
+    if (!detail::mask_absent(m.attn_bias) && m.attn_bias.shape() != ls &&
+        m.attn_bias.shape() != bhls)
         throw shape_error(fn, "masks.attn_bias", two(), m.attn_bias.shape());
-    if (!m.key_padding_mask.empty()) {
+    if (!detail::mask_absent(m.key_padding_mask)) {
         const Shape expected = batched ? Shape{g.B, g.S} : Shape{g.S};
         detail::check_shape(fn, "masks.key_padding_mask", m.key_padding_mask.shape(), expected);
     }
+}
+
+template <class T>
+void MultiheadAttention<T>::check_same_options(const detail::AttentionCall<T>& c) const {
+    // Every option that fixes what forward saved; each mismatch named with both values.
+    std::string other;
+    const auto compare = [&](const char* option, Index expected, Index actual) {
+        if (expected != actual)
+            other += std::string(other.empty() ? "" : "; ") + option + ": expected " +
+                     std::to_string(expected) + ", got " + std::to_string(actual);
+    };
+    compare("embed_dim", layout_.E, c.layout().E);
+    compare("num_heads", layout_.H, c.layout().H);
+    compare("kdim", layout_.kdim, c.layout().kdim);
+    compare("vdim", layout_.vdim, c.layout().vdim);
+    compare("bias", options_.bias, c.bias);
+    compare("add_bias_kv", options_.add_bias_kv, c.bias_kv);
+    compare("add_zero_attn", options_.add_zero_attn, c.zero_attn);
+    if (!other.empty())
+        throw std::invalid_argument(
+            "headwise::MultiheadAttention::backward: fwd: comes from a "
+            "module with other options (" +
+            other + ")");
 }
 
 template <class T>
@@ -311,6 +357,7 @@ void MultiheadAttention<T>::set_up_call(detail::AttentionActivations<T>& a,
     a.plan_for(detail::ProjectionKey{options_.projection, layout_, g, self, kv_same});
     detail::AttentionCall<T>& c = a.call;
     c.batched = query.rank() == 3;
+    c.bias = options_.bias;
     c.bias_kv = options_.add_bias_kv;
     c.zero_attn = options_.add_zero_attn;
     c.scale = options_.scale ? static_cast<T>(*options_.scale)
@@ -449,10 +496,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     detail::AttentionActivations<T>& a = *fwd.saved->activations;  // forward's activations
     const detail::AttentionCall<T>& c = a.call;
     detail::check_shape(fn, "grad_output", grad_output.shape(), c.shape_of[kQuery]);
-    if (c.layout() != layout_ || c.bias_kv != options_.add_bias_kv ||
-        c.zero_attn != options_.add_zero_attn)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from a module with other options");
+    check_same_options(c);
     const detail::AttentionGeometry& g = c.g();
     const Index B = g.B, L = g.L, S = g.S, H = layout_.H, D = layout_.D;
     detail::AttentionActivations<T>& d = gradients_;  // their gradients, same accessors
