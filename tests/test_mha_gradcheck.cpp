@@ -102,6 +102,13 @@ TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradch
             c.inputs = Inputs::kv_same, c.L = 3, c.S = 5, c.masks = MaskKind::causal;
             c.alignment = CausalAlignment::bottom_right, c.scale = 0.9;
         }),
+        with([](C c) {
+            c.H = 4, c.Hkv = 2, c.masks = MaskKind::all, c.bias_kv = true, c.zero_attn = true;
+        }),
+        with([](C c) {
+            c.H = 4, c.Hkv = 1, c.inputs = Inputs::distinct, c.S = 4, c.kdim = 5, c.vdim = 3;
+            c.dropout = 0.2;
+        }),
     };
     for (const MhaConfig& cfg : grid) {
         for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {

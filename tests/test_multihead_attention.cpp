@@ -59,6 +59,20 @@ std::vector<MhaConfig> config_grid() {
             c.masks = MaskKind::causal, c.alignment = CausalAlignment::bottom_right;
             c.inputs = Inputs::distinct, c.L = 4, c.S = 2, c.bias_kv = true, c.average = false;
         }),
+        // Grouped-query attention: 2 and 1 key/value heads for 4 query heads.
+        with([](C c) { c.H = 4, c.Hkv = 2; }),
+        with([](C c) {
+            c.H = 4, c.Hkv = 1, c.inputs = Inputs::distinct, c.S = 4, c.kdim = 5, c.vdim = 3;
+            c.masks = MaskKind::key_padding;
+        }),
+        with([](C c) {
+            c.H = 4, c.Hkv = 2, c.inputs = Inputs::kv_same, c.S = 5, c.masks = MaskKind::all;
+            c.bias_kv = true, c.zero_attn = true;
+        }),
+        with([](C c) { c.H = 4, c.Hkv = 2, c.masks = MaskKind::bool_4d, c.average = false; }),
+        with([](C c) {
+            c.E = 12, c.H = 6, c.Hkv = 3, c.batched = false, c.masks = MaskKind::bias_4d;
+        }),
     };
 }
 

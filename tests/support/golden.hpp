@@ -26,7 +26,8 @@ inline std::filesystem::path golden_dir() {
     return std::filesystem::path(HEADWISE_SOURCE_DIR) / "tests" / "golden";
 }
 
-/// One case written by tests/golden/make_mha_golden.py: tests/golden/mha/<name>/.
+/// One case written by tests/golden/make_mha_golden.py or make_gqa_golden.py:
+/// tests/golden/<set>/<name>/.
 struct GoldenCase {
     std::string name;
     std::filesystem::path dir;
@@ -78,25 +79,26 @@ private:
     }
 };
 
-/// The case names, sorted: the subdirectories of tests/golden/mha.
-inline std::vector<std::string> golden_case_names() {
+/// The case names of a set, sorted: the subdirectories of tests/golden/<set> (mha: written by
+/// make_mha_golden.py; gqa: by make_gqa_golden.py, in the same format).
+inline std::vector<std::string> golden_case_names(const std::string& set = "mha") {
     std::vector<std::string> names;
-    const std::filesystem::path root = golden_dir() / "mha";
+    const std::filesystem::path root = golden_dir() / set;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
         if (it->is_directory()) names.push_back(it->path().filename().string());
     if (ec || names.empty())
         throw std::runtime_error("no golden cases under " + root.string() +
-                                 "; run tests/golden/make_mha_golden.py");
+                                 "; run tests/golden/make_" + set + "_golden.py");
     std::sort(names.begin(), names.end());
     return names;
 }
 
-/// Reads every file of tests/golden/mha/<name>/, sorting .npy files by their dtype.
-inline GoldenCase load_golden_case(const std::string& name) {
+/// Reads every file of tests/golden/<set>/<name>/, sorting .npy files by their dtype.
+inline GoldenCase load_golden_case(const std::string& name, const std::string& set = "mha") {
     GoldenCase c;
     c.name = name;
-    c.dir = golden_dir() / "mha" / name;
+    c.dir = golden_dir() / set / name;
 
     std::ifstream meta(c.dir / "meta.txt");
     if (!meta) throw std::runtime_error("golden case '" + name + "': cannot read meta.txt");

@@ -20,6 +20,7 @@ enum class MaskKind { none, bool_ls, bias_ls, bool_4d, bias_4d, key_padding, cau
 /// One attention configuration of the test grids.
 struct MhaConfig {
     Index B = 2, L = 3, S = 3, E = 8, H = 2, kdim = 0, vdim = 0;
+    Index Hkv = 0;  // key/value heads; 0 = H
     bool bias = true, bias_kv = false, zero_attn = false;
     Inputs inputs = Inputs::self;
     MaskKind masks = MaskKind::none;
@@ -33,9 +34,9 @@ struct MhaConfig {
     std::string str() const {
         return "B=" + std::to_string(B) + " L=" + std::to_string(L) + " S=" + std::to_string(S) +
                " E=" + std::to_string(E) + " H=" + std::to_string(H) +
-               " kdim=" + std::to_string(kdim) + " vdim=" + std::to_string(vdim) +
-               " bias=" + std::to_string(bias) + " bias_kv=" + std::to_string(bias_kv) +
-               " zero_attn=" + std::to_string(zero_attn) +
+               " Hkv=" + std::to_string(Hkv) + " kdim=" + std::to_string(kdim) +
+               " vdim=" + std::to_string(vdim) + " bias=" + std::to_string(bias) +
+               " bias_kv=" + std::to_string(bias_kv) + " zero_attn=" + std::to_string(zero_attn) +
                " inputs=" + std::to_string(static_cast<int>(inputs)) +
                " masks=" + std::to_string(static_cast<int>(masks)) +
                " dropout=" + std::to_string(dropout) + " batched=" + std::to_string(batched) +
@@ -54,6 +55,7 @@ struct MhaConfig {
         o.add_zero_attn = zero_attn;
         o.dropout = dropout;
         o.scale = scale;
+        o.num_kv_heads = Hkv;
         return o;
     }
     Index kd() const { return kdim ? kdim : E; }
@@ -144,7 +146,7 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     rm.causal_offset = ops::causal_offset(c.alignment, c.L, S);
     return reference_mha(params_in_double(m), c.batched ? c.B : 1, c.L, S, c.E, c.H, c.kd(), c.vd(),
                          dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn, rm,
-                         c.scale, dropout);
+                         c.scale, dropout, c.Hkv);
 }
 
 }  // namespace headwise::test

@@ -36,50 +36,55 @@ struct ReferenceMasks {
 /// visible key is all zero), dropout, weighted sum, output projection. `params` holds
 /// state_dict() names. The scores are scaled by `scale`, 1 / sqrt(D) when unset. `dropout`, when
 /// given, holds one factor per weight [B, H, L, S']: 0 where the weight is dropped, 1 / (1 - p)
-/// where it is kept.
-inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
-                                        Index B, Index L, Index S, Index E, Index H, Index kdim,
-                                        Index vdim, const std::vector<double>& q,
-                                        const std::vector<double>& k, const std::vector<double>& v,
-                                        bool bias, bool bias_kv, bool zero_attn,
-                                        const ReferenceMasks& masks,
-                                        std::optional<double> scale_option = std::nullopt,
-                                        const std::vector<double>* dropout = nullptr) {
+/// where it is kept. With `num_kv_heads` = Hkv key/value heads (0 = H), K and V have Hkv D
+/// features and query head h reads key/value head h / (H / Hkv).
+inline ReferenceAttention reference_mha(
+    const std::map<std::string, std::vector<double>>& params, Index B, Index L, Index S, Index E,
+    Index H, Index kdim, Index vdim, const std::vector<double>& q, const std::vector<double>& k,
+    const std::vector<double>& v, bool bias, bool bias_kv, bool zero_attn,
+    const ReferenceMasks& masks, std::optional<double> scale_option = std::nullopt,
+    const std::vector<double>* dropout = nullptr, Index num_kv_heads = 0) {
     const Index D = E / H;
+    const Index Hkv = num_kv_heads ? num_kv_heads : H;
+    const Index group = H / Hkv;                     // query heads per key/value head
+    const Index rows_of[3] = {E, Hkv * D, Hkv * D};  // output features of each projection
+    const Index row0[3] = {0, E, E + Hkv * D};       // first row of each in the packed weight
     const bool packed = params.count("in_proj_weight") > 0;
-    // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [E, in_p].
+    // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [rows_of[p], in_p].
     auto w = [&](int p, Index o, Index c) -> double {
         if (packed)
-            return params.at("in_proj_weight")[static_cast<std::size_t>((p * E + o) * E + c)];
+            return params.at("in_proj_weight")[static_cast<std::size_t>((row0[p] + o) * E + c)];
         const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
         const Index in = p == 0 ? E : (p == 1 ? kdim : vdim);
         return params.at(names[p])[static_cast<std::size_t>(o * in + c)];
     };
     auto b_in = [&](int p, Index o) -> double {
-        return bias ? params.at("in_proj_bias")[static_cast<std::size_t>(p * E + o)] : 0.0;
+        return bias ? params.at("in_proj_bias")[static_cast<std::size_t>(row0[p] + o)] : 0.0;
     };
     auto project = [&](int p, const std::vector<double>& x, Index rows, Index in) {
-        std::vector<double> y(static_cast<std::size_t>(B * rows * E));
+        const Index F = rows_of[p];
+        std::vector<double> y(static_cast<std::size_t>(B * rows * F));
         for (Index n = 0; n < B * rows; ++n)
-            for (Index o = 0; o < E; ++o) {
+            for (Index o = 0; o < F; ++o) {
                 double acc = b_in(p, o);
                 for (Index c = 0; c < in; ++c)
                     acc += x[static_cast<std::size_t>(n * in + c)] * w(p, o, c);
-                y[static_cast<std::size_t>(n * E + o)] = acc;
+                y[static_cast<std::size_t>(n * F + o)] = acc;
             }
         return y;
     };
+    const Index F = Hkv * D;                            // key/value features
     const std::vector<double> Q = project(0, q, L, E);  // [B, L, E]
-    std::vector<double> K = project(1, k, S, kdim);     // [B, S, E]
-    std::vector<double> V = project(2, v, S, vdim);     // [B, S, E]
+    std::vector<double> K = project(1, k, S, kdim);     // [B, S, Hkv D]
+    std::vector<double> V = project(2, v, S, vdim);     // [B, S, Hkv D]
     const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);
-    auto kx = [&](Index b, Index j, Index e) -> double {  // keys after appending
-        if (j < S) return K[static_cast<std::size_t>((b * S + j) * E + e)];
+    auto kx = [&](Index b, Index j, Index e) -> double {  // keys after appending, e < Hkv D
+        if (j < S) return K[static_cast<std::size_t>((b * S + j) * F + e)];
         if (bias_kv && j == S) return params.at("bias_k")[static_cast<std::size_t>(e)];
         return 0.0;
     };
     auto vx = [&](Index b, Index j, Index e) -> double {
-        if (j < S) return V[static_cast<std::size_t>((b * S + j) * E + e)];
+        if (j < S) return V[static_cast<std::size_t>((b * S + j) * F + e)];
         if (bias_kv && j == S) return params.at("bias_v")[static_cast<std::size_t>(e)];
         return 0.0;
     };
@@ -99,7 +104,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     double acc = 0;
                     for (Index d = 0; d < D; ++d)
                         acc += Q[static_cast<std::size_t>((b * L + i) * E + h * D + d)] *
-                               kx(b, j, h * D + d);
+                               kx(b, j, (h / group) * D + d);
                     acc *= scale;
                     if (j < S) {
                         const Index mi = (masks.attn_mask_4d ? ((b * H + h) * L + i) : i) * S + j;
@@ -124,7 +129,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     r.weights[at] = p;
                     for (Index d = 0; d < D; ++d)
                         ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] +=
-                            p * vx(b, j, h * D + d);
+                            p * vx(b, j, (h / group) * D + d);
                 }
             }
     r.output.assign(static_cast<std::size_t>(B * L * E), 0.0);

@@ -42,7 +42,7 @@ StridedMatrixMap<T> head_block(T* data, const HeadLayout& l, Index b, Index h, I
 /// Every buffer of one attention call, sized once per call and reused from call to call:
 ///   X_i [B N_i, in_i]      the inputs (copied only when backward needs them)
 ///   Y                      the projection buffers the plan's GEMMs write
-///   K', V' [B, H, S', D]   keys and values with bias_k / the zero key appended (when any)
+///   K', V' [B, Hkv, S', D] keys and values with bias_k / the zero key appended (when any)
 ///   P [B, H, L, S']        softmax probabilities (one [L, S'] slice per thread when not kept)
 ///   A [threads, L, S']     probabilities after dropout (only when dropout is active)
 ///   ctx [B L, E]           Concat(head_1, ..., head_H)
@@ -102,7 +102,8 @@ public:
     }
 
     /// Attention's operands for (batch b, head h): Q_bh [L, D], K_bh and V_bh [S', D] (the
-    /// appended copies when keys were appended, else the projection's blocks).
+    /// appended copies when keys were appended, else the projection's blocks). For k() and v()
+    /// and their projected blocks, h counts key/value heads (layout.kv_head(query head)).
     StridedMatrixMap<T> q(Index b, Index h) { return block(kQuery, b, h); }
     StridedMatrixMap<T> k(Index b, Index h) { return block(kKey, b, h); }
     StridedMatrixMap<T> v(Index b, Index h) { return block(kValue, b, h); }
@@ -140,6 +141,7 @@ private:
         const AttentionGeometry& g = call.g();
         const ProjectionPlan& plan = call.plan;
         heads_ = plan.key.layout.H;
+        kv_heads_ = plan.key.layout.kv_heads;
         D_ = plan.key.layout.D;
         E_ = plan.key.layout.E;
         keep_p_ = keep_p;
@@ -159,9 +161,9 @@ private:
             proj_data_[i] = y_[proj_[i].buffer].data();
             att_data_[i] = proj_data_[i];
         }
-        if (appended()) {  // K', V' [B, H, S', D]
-            const Shape shape{g.B, heads_, g.Sx, D_};
-            const HeadLayout l{0, 0, heads_ * g.Sx * D_, g.Sx * D_, D_, g.Sx};
+        if (appended()) {  // K', V' [B, Hkv, S', D]
+            const Shape shape{g.B, kv_heads_, g.Sx, D_};
+            const HeadLayout l{0, 0, kv_heads_ * g.Sx * D_, g.Sx * D_, D_, g.Sx};
             att_data_[kKey] = (zero ? kx_.zeros(shape) : kx_.get(shape)).data();
             att_data_[kValue] = (zero ? vx_.zeros(shape) : vx_.get(shape)).data();
             att_[kKey] = l;
@@ -187,7 +189,7 @@ private:
     HeadLayout proj_[3] = {}, att_[3] = {};  // layouts of the projection blocks, of the operands
     T* proj_data_[3] = {};
     T* att_data_[3] = {};
-    Index heads_ = 0, D_ = 0, E_ = 0;
+    Index heads_ = 0, kv_heads_ = 0, D_ = 0, E_ = 0;
     bool keep_p_ = false, dropout_ = false;
 };
 

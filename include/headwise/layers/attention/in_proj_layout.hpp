@@ -50,8 +50,15 @@ struct InProjLayout {
     /// Elements of the packed weight and bias buffers.
     Index weight_size() const noexcept { return weight_offset(kValue) + rows(kValue) * vdim; }
     Index bias_size() const noexcept { return bias_offset(kValue) + rows(kValue); }
-    /// True when the weights form torch's single in_proj_weight [3E, E].
-    bool packed() const noexcept { return kdim == E && vdim == E && kv_heads == H; }
+    /// True when the weights are one state-dict entry, in_proj_weight [E + 2 Hkv D, E]: torch's
+    /// [3E, E] when Hkv == H.
+    bool packed() const noexcept { return kdim == E && vdim == E; }
+    /// Rows of the whole packed weight: E + 2 Hkv D.
+    Index packed_rows() const noexcept { return rows(kQuery) + rows(kKey) + rows(kValue); }
+    /// Query heads per key/value head.
+    Index group() const noexcept { return H / kv_heads; }
+    /// The key/value head query head h reads (Ainslie et al. 2023: contiguous groups).
+    Index kv_head(Index h) const noexcept { return h / group(); }
 
     friend bool operator==(const InProjLayout& a, const InProjLayout& b) noexcept {
         return a.E == b.E && a.H == b.H && a.D == b.D && a.kdim == b.kdim && a.vdim == b.vdim &&

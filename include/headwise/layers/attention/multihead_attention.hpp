@@ -19,6 +19,7 @@
 #include "../../error.hpp"
 #include "../../init.hpp"
 #include "../../ops/attention.hpp"
+#include "../../ops/cached_attention.hpp"
 #include "../../ops/dropout.hpp"
 #include "../../ops/linear.hpp"
 #include "../../random.hpp"
@@ -27,6 +28,7 @@
 #include "../module.hpp"
 #include "activations.hpp"
 #include "in_proj_layout.hpp"
+#include "kv_cache.hpp"
 #include "options.hpp"
 #include "projection_plan.hpp"
 
@@ -82,12 +84,17 @@ private:
     HeadParameters(T* w, T* b, T* gw, T* gb, const detail::InProjLayout& layout, Index i)
         : w_(w), b_(b), gw_(gw), gb_(gb), layout_(layout), i_(i) {}
 
+    // Query head i reads key/value head layout_.kv_head(i): one block for the whole group.
+    Index head_of(int input) const noexcept {
+        return input == detail::kQuery ? i_ : layout_.kv_head(i_);
+    }
     TensorView<T> weight(T* base, int input) const {
-        return view(base + layout_.weight_offset(input, i_), Shape{layout_.D, layout_.in(input)});
+        return view(base + layout_.weight_offset(input, head_of(input)),
+                    Shape{layout_.D, layout_.in(input)});
     }
     TensorView<T> bias(T* base, int input) const {
         if (!base) return {};
-        return view(base + layout_.bias_offset(input, i_), Shape{layout_.D});
+        return view(base + layout_.bias_offset(input, head_of(input)), Shape{layout_.D});
     }
 
     T *w_, *b_, *gw_, *gb_;
@@ -140,6 +147,8 @@ public:
     const Options& options() const noexcept { return options_; }
     Index embed_dim() const noexcept { return layout_.E; }
     Index num_heads() const noexcept { return layout_.H; }
+    /// Key/value heads Hkv: num_heads for multi-head attention, fewer for grouped-query.
+    Index num_kv_heads() const noexcept { return layout_.kv_heads; }
     Index head_dim() const noexcept { return layout_.D; }
     Index kdim() const noexcept { return layout_.kdim; }
     Index vdim() const noexcept { return layout_.vdim; }
@@ -147,6 +156,27 @@ public:
     /// Head i's in-projection matrices and biases, as views: writable on a non-const module.
     HeadParameters<T> head(Index i);
     HeadParameters<const T> head(Index i) const;
+
+    /// A cache for decode(): room for the keys and values of `capacity` tokens of `batch`
+    /// sequences, per key/value head ([B, Hkv, capacity, D] each). decode is self-attention, so
+    /// the module needs kdim == vdim == embed_dim.
+    KVCache<T> make_kv_cache(Index batch, Index capacity) const;
+
+    /// Incremental decoding: causal self-attention of new tokens x_new [B, T, E] (or [T, E] with
+    /// a batch-1 cache) over the cached tokens and themselves, in eval mode. Projects x_new only,
+    /// appends its keys and values to the cache, and returns y [B, T, E], where new token t
+    /// attends every cached token and the new tokens up to itself (bottom-right causal), then the
+    /// bias_k and zero-attention keys when the module has them. Feeding a sequence in chunks of
+    /// any sizes gives the outputs of one forward(x, x, x) with is_causal in eval mode.
+    /// `key_padding` [B, T] ([T]), true = padding, marks new tokens that no token may attend (see
+    /// KVCache). Everything is checked first (training mode, shapes, the cache's dimensions, room
+    /// for T tokens); on an error the cache is unchanged.
+    Tensor<T> decode(TensorView<const T> x_new, KVCache<T>& cache,
+                     TensorView<const bool> key_padding = {});
+    /// decode() writing into `out` (x_new's shape): allocates nothing once the cache's scratch
+    /// has been sized by a first call with as many new tokens.
+    void decode_into(TensorView<const T> x_new, KVCache<T>& cache, TensorView<T> out,
+                     TensorView<const bool> key_padding = {});
 
     /// Every parameter and its gradient as (name, value view, gradient view), under
     /// torch.nn.MultiheadAttention.state_dict() names and shapes, in its order.
@@ -215,6 +245,12 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
                                std::to_string(options.dropout));
+    if (options.num_kv_heads < 0 ||
+        (options.num_kv_heads > 0 && options.num_heads % options.num_kv_heads != 0))
+        throw_invalid_argument(fn, "options.num_kv_heads",
+                               "must divide num_heads = " + std::to_string(options.num_heads) +
+                                   ", or be 0 for num_heads",
+                               std::to_string(options.num_kv_heads));
     if (options.scale && !std::isfinite(*options.scale))
         throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
                                std::to_string(*options.scale));
@@ -225,7 +261,7 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     w.D = w.E / w.H;
     w.kdim = options.kdim ? options.kdim : w.E;
     w.vdim = options.vdim ? options.vdim : w.E;
-    w.kv_heads = w.H;
+    w.kv_heads = options.num_kv_heads ? options.num_kv_heads : w.H;
     // The in-projection [E, E + kdim + vdim] is the largest parameter (out_proj is [E, E], the
     // biases 3E): its element count and byte size must not overflow.
     Index in_features = 0, elements = 0, bytes = 0;
@@ -242,8 +278,8 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     w_in_ = Tensor<T>(Shape{w.weight_size()});
     gw_in_ = Tensor<T>(w_in_.shape());
     if (w.packed()) {
-        // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix.
-        xavier_uniform_(w_in_.view().reshape(Shape{3 * w.E, w.E}), rng_);
+        // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([E + 2 Hkv D, E]).
+        xavier_uniform_(w_in_.view().reshape(Shape{w.packed_rows(), w.E}), rng_);
     } else {
         // torch: xavier_uniform_ on q_proj_weight, k_proj_weight, v_proj_weight in turn.
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
@@ -258,10 +294,13 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
         b_out_ = Tensor<T>(Shape{w.E});
         gb_out_ = Tensor<T>(b_out_.shape());
     }
-    if (options.add_bias_kv) {  // torch: xavier_normal_ on [1, 1, E]: std = sqrt(2 / (E + E))
-        bias_k_ = Tensor<T>(Shape{1, 1, w.E});
-        bias_v_ = Tensor<T>(Shape{1, 1, w.E});
-        const double sigma = std::sqrt(1.0 / static_cast<double>(w.E));
+    if (options.add_bias_kv) {
+        // torch: xavier_normal_ on [1, 1, E]: std = sqrt(2 / (E + E)). With Hkv key/value heads
+        // they are [1, 1, Hkv D], one slice per key/value head, and std = sqrt(1 / (Hkv D)).
+        const Index kv = w.rows(detail::kKey);
+        bias_k_ = Tensor<T>(Shape{1, 1, kv});
+        bias_v_ = Tensor<T>(Shape{1, 1, kv});
+        const double sigma = std::sqrt(1.0 / static_cast<double>(kv));
         for (T& x : bias_k_) x = static_cast<T>(sigma * normal(rng_));
         for (T& x : bias_v_) x = static_cast<T>(sigma * normal(rng_));
         gbias_k_ = Tensor<T>(bias_k_.shape());
@@ -400,6 +439,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     using detail::kValue;
     const detail::AttentionGeometry g = check_forward(query, key, value, masks);  // throws first
     const Index B = g.B, L = g.L, S = g.S, Sx = g.Sx, H = layout_.H, D = layout_.D;
+    const Index Hkv = layout_.kv_heads;
 
     // ---- 0. the call's activations: kept for backward in training mode, the module's own in
     // eval mode; every buffer sized once, here. P is kept whole [B, H, L, S'] when backward or
@@ -424,7 +464,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     // ---- 2. append bias_k / bias_v, then a zero key and value (torch's order) ----------------
     if (a.appended())
         for (Index b = 0; b < B; ++b)
-            for (Index h = 0; h < H; ++h) {
+            for (Index h = 0; h < Hkv; ++h) {                // key/value heads
                 a.k(b, h).topRows(S) = a.k_projected(b, h);  // [S, D]
                 a.v(b, h).topRows(S) = a.v_projected(b, h);  // [S, D]
                 if (c.bias_kv) {
@@ -438,15 +478,16 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
             }
 
     // ---- 3. attention per (batch, head): O_bh = dropout(softmax(scale Q K^T + mask)) V -------
-    // Slices are independent, so they may run on several threads. The per-head weights after
+    // Query head h reads key/value head kv_head(h). Slices are independent, so they may run on
+    // several threads. The per-head weights after
     // dropout are copied out when the caller wants them and they differ from P.
     const bool average = masks.need_weights && masks.average_attn_weights;
     Tensor<T> weights = masks.need_weights && (!average || c.dropout.active())
                             ? Tensor<T>::uninitialized(Shape{B, H, L, Sx})  // written per slice
                             : Tensor<T>();
     detail::parallel_for(B * H, [&](Index slice, int thread) {
-        const Index b = slice / H, h = slice % H;
-        ops::attention_forward<T>(a.q(b, h), a.k(b, h), a.v(b, h), score_mask(masks, b, h, g),
+        const Index b = slice / H, h = slice % H, kv = layout_.kv_head(h);
+        ops::attention_forward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), score_mask(masks, b, h, g),
                                   c.scale, c.dropout, static_cast<std::uint64_t>(slice),
                                   a.p(b, h, thread), a.dropped(b, h, thread), a.ctx(b, h));
         if (!weights.empty())
@@ -499,6 +540,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     check_same_options(c);
     const detail::AttentionGeometry& g = c.g();
     const Index B = g.B, L = g.L, S = g.S, H = layout_.H, D = layout_.D;
+    const Index Hkv = layout_.kv_heads, G = layout_.group();
     detail::AttentionActivations<T>& d = gradients_;  // their gradients, same accessors
     d.size_backward(c, detail::max_threads());
 
@@ -508,18 +550,24 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                             options_.bias ? gb_out_.data() : nullptr);
 
     // ---- 3. attention per (batch, head), in reverse: dQ_bh, dK_bh, dV_bh from dO_bh ------------
-    detail::parallel_for(B * H, [&](Index slice, int thread) {
-        const Index b = slice / H, h = slice % H;
-        ops::attention_backward<T>(a.q(b, h), a.k(b, h), a.v(b, h), a.p(b, h, thread), c.scale,
-                                   c.dropout, static_cast<std::uint64_t>(slice), d.ctx(b, h),
-                                   d.p(b, h, thread), d.q(b, h), d.k(b, h), d.v(b, h));
+    // The G query heads of a group add into their key/value head's dK, dV: one task per
+    // (batch, key/value head) walks its group's heads in turn, so no two threads add into one.
+    detail::parallel_for(B * Hkv, [&](Index task, int thread) {
+        const Index b = task / Hkv, kv = task % Hkv;
+        for (Index h = kv * G; h < (kv + 1) * G; ++h) {
+            const Index slice = b * H + h;  // forward's dropout stream
+            ops::attention_backward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), a.p(b, h, thread),
+                                       c.scale, c.dropout, static_cast<std::uint64_t>(slice),
+                                       d.ctx(b, h), d.p(b, h, thread), d.q(b, h), d.k(b, kv),
+                                       d.v(b, kv));
+        }
     });
 
     // ---- 2. appended keys: projected rows pass their gradient on; bias_k, bias_v collect theirs;
     // the zero row has no parameter
     if (a.appended())
         for (Index b = 0; b < B; ++b)
-            for (Index h = 0; h < H; ++h) {
+            for (Index h = 0; h < Hkv; ++h) {                 // key/value heads
                 d.k_projected(b, h) += d.k(b, h).topRows(S);  // [S, D]
                 d.v_projected(b, h) += d.v(b, h).topRows(S);  // [S, D]
                 if (c.bias_kv) {
@@ -554,7 +602,7 @@ template <class Self, class Visit>
 void MultiheadAttention<T>::visit_parameters(Self& m, Visit&& visit) {
     const detail::InProjLayout& w = m.layout_;
     if (w.packed()) {
-        const Shape packed{3 * w.E, w.E};
+        const Shape packed{w.packed_rows(), w.E};
         visit("in_proj_weight", m.w_in_.view().reshape(packed), m.gw_in_.view().reshape(packed));
     } else {
         const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
@@ -592,6 +640,173 @@ HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
     return HeadParameters<const T>(w_in_.data(), options_.bias ? b_in_.data() : nullptr,
                                    gw_in_.data(), options_.bias ? gb_in_.data() : nullptr, layout_,
                                    i);
+}
+
+template <class T>
+KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity) const {
+    constexpr const char* fn = "headwise::MultiheadAttention::make_kv_cache";
+    if (batch <= 0) throw_invalid_argument(fn, "batch", "must be positive", std::to_string(batch));
+    if (capacity <= 0)
+        throw_invalid_argument(fn, "capacity", "must be positive", std::to_string(capacity));
+    const detail::InProjLayout& w = layout_;
+    if (w.kdim != w.E || w.vdim != w.E)
+        throw std::invalid_argument(
+            std::string(fn) +
+            ": options.kdim, options.vdim: decode is self-attention and needs kdim == vdim == "
+            "embed_dim = " +
+            std::to_string(w.E) + ", got kdim " + std::to_string(w.kdim) + ", vdim " +
+            std::to_string(w.vdim));
+    return KVCache<T>(batch, capacity, w.E, w.kv_heads, w.D);
+}
+
+template <class T>
+Tensor<T> MultiheadAttention<T>::decode(TensorView<const T> x_new, KVCache<T>& cache,
+                                        TensorView<const bool> key_padding) {
+    Tensor<T> y = Tensor<T>::uninitialized(x_new.shape());  // written in full by decode_into
+    decode_into(x_new, cache, y, key_padding);
+    return y;
+}
+
+template <class T>
+void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& cache,
+                                        TensorView<T> out, TensorView<const bool> key_padding) {
+    constexpr const char* fn = "headwise::MultiheadAttention::decode";
+    const detail::InProjLayout& w = layout_;
+    const Index E = w.E, D = w.D, Hkv = w.kv_heads, G = w.group();
+    const Index KV = Hkv * D, QKV = w.packed_rows();  // E + 2 Hkv D
+
+    // ---- checks, all before anything changes ---------------------------------------------------
+    if (this->training_)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": the module is in training mode; decode runs in eval mode, "
+                                    "call eval() first");
+    if (cache.capacity_ == 0 || cache.E_ != E || cache.Hkv_ != Hkv || cache.D_ != D)
+        throw std::invalid_argument(
+            std::string(fn) + ": cache: made for embed_dim " + std::to_string(cache.E_) + " with " +
+            std::to_string(cache.Hkv_) + " key/value heads of " + std::to_string(cache.D_) +
+            " features (capacity " + std::to_string(cache.capacity_) +
+            "); this module needs embed_dim " + std::to_string(E) + " with " + std::to_string(Hkv) +
+            " of " + std::to_string(D) + ": make it with this module's make_kv_cache");
+    const Index B = cache.B_;
+    const bool batched = x_new.rank() == 3;
+    if (!(batched || (x_new.rank() == 2 && B == 1)) || x_new.shape().back() != E ||
+        (batched && x_new.size(0) != B) || x_new.size(-2) < 1) {
+        const std::string e = std::to_string(E);
+        throw shape_error(fn, "x_new",
+                          B == 1 ? "[1, T, " + e + "] or [T, " + e + "]"
+                                 : "[" + std::to_string(B) + ", T, " + e + "]",
+                          x_new.shape());
+    }
+    const Index T_ = x_new.size(-2);  // new tokens
+    detail::check_shape(fn, "out", out.shape(), x_new.shape());
+    const bool padded = key_padding.data() != nullptr;
+    if (padded)
+        detail::check_shape(fn, "key_padding", key_padding.shape(),
+                            batched ? Shape{B, T_} : Shape{T_});
+    const Index n = cache.size_, N = n + T_;  // tokens before and after this call
+    if (N > cache.capacity_)
+        throw std::invalid_argument(std::string(fn) + ": x_new: " + std::to_string(T_) +
+                                    " new tokens do not fit the cache, which holds " +
+                                    std::to_string(n) + " of capacity " +
+                                    std::to_string(cache.capacity_));
+
+    // ---- scratch: sized by the first call, grown only for a larger chunk ----------------------
+    const bool bias_kv = options_.add_bias_kv, zero_attn = options_.add_zero_attn;
+    const Index extra = (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);  // keys appended after the cache
+    const Index Sx = N + extra;
+    const Index R = T_ == 1 ? G : T_;  // query rows per attention call (see step 3)
+    const int threads = detail::max_threads();
+    MatrixMap<T> Y(cache.qkv_.get(Shape{B * T_, QKV}).data(), B * T_, QKV);  // [B T, E + 2 KV]
+    MatrixMap<T> ctx(cache.ctx_.get(Shape{B * T_, E}).data(), B * T_, E);    // [B T, E]
+    T* p = cache.p_.get(Shape{threads, R, cache.capacity_ + extra}).data();  // [threads, R, S']
+    T* kx = extra ? cache.kx_.get(Shape{threads, cache.capacity_ + extra, D}).data() : nullptr;
+    T* vx = extra ? cache.vx_.get(Shape{threads, cache.capacity_ + extra, D}).data() : nullptr;
+
+    // ---- 1. project the new tokens only: [Q | K | V] = X W_in^T + b_in, [B T, E + 2 Hkv D] ----
+    // Every projection writes the same columns: column r of Y is row r of the packed weight.
+    const MatrixMap<const T> X = x_new.reshape(Shape{B * T_, E}).matrix();  // [B T, E]
+    const T* b_in = options_.bias ? b_in_.data() : nullptr;
+    auto gemm = [&](Index row0, Index rows) {  // Y[:, row0 : row0 + rows] from W_in's rows
+        ops::linear_forward<T>(X, MatrixMap<const T>(w_in_.data() + row0 * E, rows, E),
+                               b_in ? b_in + row0 : nullptr, Y.middleCols(row0, rows));
+    };
+    using detail::kKey;
+    using detail::kQuery;
+    using detail::kValue;
+    if (options_.projection == Projection::fused) {
+        gemm(0, QKV);
+    } else if (options_.projection == Projection::separate) {
+        for (int i : {kQuery, kKey, kValue}) gemm(w.bias_offset(i), w.rows(i));
+    } else {
+        for (int i : {kQuery, kKey, kValue})
+            for (Index h = 0; h < w.heads(i); ++h) gemm(w.bias_offset(i, h), D);
+    }
+
+    // ---- 2. append the new keys and values (and padding flags) to the cache --------------------
+    for (Index b = 0; b < B; ++b) {
+        for (Index g = 0; g < Hkv; ++g) {
+            cache.k(b, g).middleRows(n, T_) = Y.block(b * T_, E + g * D, T_, D);
+            cache.v(b, g).middleRows(n, T_) = Y.block(b * T_, E + KV + g * D, T_, D);
+        }
+        for (Index t = 0; t < T_; ++t) {
+            const bool pad = padded && key_padding.data()[b * T_ + t];
+            cache.padding_.data()[b * cache.capacity_ + n + t] = pad;
+            cache.any_padding_ = cache.any_padding_ || pad;
+        }
+    }
+
+    // ---- 3. attention over the cache, per (batch, key/value head) ------------------------------
+    // One new token: the G query heads of a group are one [G, D] block of Y's row (adjacent
+    // heads), so they attend the group's keys together, in one product that reads the keys once.
+    // A chunk of T tokens: each head's [T, D] queries with the bottom-right causal rule (new
+    // token t sees keys j <= n + t). Appended keys (bias_k, zero) follow the cached ones.
+    const T scale =
+        options_.scale ? static_cast<T>(*options_.scale) : T(1) / std::sqrt(static_cast<T>(D));
+    detail::parallel_for(B * Hkv, [&](Index slice, int thread) {
+        const Index b = slice / Hkv, g = slice % Hkv;
+        const T* k = cache.k(b, g).data();  // the cached [N, D] keys
+        const T* v = cache.v(b, g).data();  // and values
+        if (extra) {  // [N + extra, D]: a copy, then bias_k / bias_v, then the zero key
+            MatrixMap<T> Kx(kx + thread * (cache.capacity_ + extra) * D, Sx, D);
+            MatrixMap<T> Vx(vx + thread * (cache.capacity_ + extra) * D, Sx, D);
+            Kx.topRows(N) = MatrixMap<const T>(k, N, D);
+            Vx.topRows(N) = MatrixMap<const T>(v, N, D);
+            if (bias_kv) {
+                Kx.row(N) = MatrixMap<const T>(bias_k_.data() + g * D, 1, D);
+                Vx.row(N) = MatrixMap<const T>(bias_v_.data() + g * D, 1, D);
+            }
+            if (zero_attn) {
+                Kx.row(Sx - 1).setZero();
+                Vx.row(Sx - 1).setZero();
+            }
+            k = Kx.data();
+            v = Vx.data();
+        }
+        const MatrixMap<const T> K(k, Sx, D);  // [S', D]
+        const MatrixMap<const T> V(v, Sx, D);  // [S', D]
+        ops::ScoreMask<T> mask;
+        if (cache.any_padding_) mask.key_padding = cache.padding_.data() + b * cache.capacity_;
+        mask.masked_keys = N;
+        T* P = p + thread * R * (cache.capacity_ + extra);
+        if (T_ == 1) {
+            const Index col = g * G * D;  // the group's query heads, [G, D]
+            ops::cached_attention_forward<T>(MatrixMap<const T>(Y.data() + b * QKV + col, G, D), K,
+                                             V, mask, scale, MatrixMap<T>(P, G, Sx),
+                                             MatrixMap<T>(ctx.data() + b * E + col, G, D));
+        } else {
+            mask.causal = true;
+            mask.causal_offset = ops::causal_offset(CausalAlignment::bottom_right, T_, N);
+            for (Index h = g * G; h < (g + 1) * G; ++h)
+                ops::cached_attention_forward<T>(Y.block(b * T_, h * D, T_, D), K, V, mask, scale,
+                                                 MatrixMap<T>(P, T_, Sx),
+                                                 ctx.block(b * T_, h * D, T_, D));
+        }
+    });
+
+    // ---- 4. y = ctx W_o^T + b_o; the cache now holds the new tokens ----------------------------
+    ops::linear_forward<T>(ctx, w_out_.matrix(), options_.bias ? b_out_.data() : nullptr,
+                           out.reshape(Shape{B * T_, E}).matrix());
+    cache.size_ = N;
 }
 
 }  // namespace headwise

@@ -70,6 +70,11 @@ struct MultiheadAttentionOptions {
     bool add_zero_attn = false;  // a zero key and value appended after them
     double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
 
+    // Key/value heads Hkv (grouped-query attention): must divide num_heads; 0 means num_heads
+    // (multi-head attention), 1 is multi-query attention. Query head h uses key/value head
+    // h / (num_heads / Hkv). K and V then have Hkv D features: in_proj_weight [E + 2 Hkv D, E].
+    Index num_kv_heads = 0;
+
     // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
     std::optional<double> scale;
 };

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+// Grouped-query attention, a chosen scale and bottom-right causal masks against PyTorch 1.13:
+// every case in tests/golden/gqa (written by tests/golden/make_gqa_golden.py through a
+// repeated-weights, rescaled-query nn.MultiheadAttention), every projection.
+#include <headwise/layers/multihead_attention.hpp>
+
+#include <map>     // std::map
+#include <string>  // std::string, std::stod
+#include <vector>  // std::vector
+
+#include "support/catch.hpp"
+#include "support/golden.hpp"
+#include "support/match.hpp"
+
+using headwise::Index;
+using headwise::Projection;
+using headwise::Tensor;
+using headwise::TensorView;
+using headwise::test::GoldenCase;
+
+namespace {
+
+// As in test_mha_golden.cpp: PyTorch computed in float64; float carries its own rounding.
+constexpr double kToleranceDouble = 1e-10;
+constexpr double kToleranceFloat = 1e-4;
+
+template <class T>
+Tensor<T> cast(const Tensor<double>& t) {
+    Tensor<T> out(t.shape());
+    for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<T>(t.data()[i]);
+    return out;
+}
+
+template <class T>
+void check_close(const std::string& name, TensorView<const T> actual,
+                 const Tensor<double>& expected, double tolerance) {
+    INFO("tensor " << name << ": headwise shape " << actual.shape() << ", PyTorch shape "
+                   << expected.shape());
+    REQUIRE(actual.shape() == expected.shape());
+    const headwise::test::ScaledDifference d = headwise::test::scaled_difference(actual, expected);
+    INFO(d.str());
+    CHECK(d.rel <= tolerance);
+}
+
+headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = c.meta_int("embed_dim");
+    opt.num_heads = c.meta_int("num_heads");
+    opt.num_kv_heads = c.meta_int("num_kv_heads");
+    opt.projection = projection;
+    opt.bias = c.flag("bias");
+    opt.kdim = c.meta_int("kdim");
+    opt.vdim = c.meta_int("vdim");
+    opt.add_bias_kv = c.flag("add_bias_kv");
+    opt.add_zero_attn = c.flag("add_zero_attn");
+    if (c.meta.count("scale")) opt.scale = std::stod(c.meta.at("scale"));
+    return opt;
+}
+
+template <class T>
+void check_case(const GoldenCase& c, Projection projection, double tolerance) {
+    headwise::MultiheadAttention<T> mha(options_of(c, projection), /*seed=*/1);
+    std::map<std::string, Tensor<T>> sd;
+    for (const auto& [key, tensor] : c.state_dict()) sd.emplace(key, cast<T>(tensor));
+    mha.load_state_dict(sd);
+
+    headwise::AttentionMasks<T> m;
+    if (c.masks.count("attn_mask")) m.attn_mask = c.mask("attn_mask");
+    if (c.masks.count("key_padding_mask")) m.key_padding_mask = c.mask("key_padding_mask");
+    m.is_causal = c.flag("is_causal");
+    m.causal_alignment = c.flag("causal_alignment") ? headwise::CausalAlignment::bottom_right
+                                                    : headwise::CausalAlignment::top_left;
+    m.need_weights = c.flag("need_weights");
+    m.average_attn_weights = c.flag("average_attn_weights");
+
+    const Tensor<T> query = cast<T>(c.tensor("query"));
+    const Tensor<T> key = cast<T>(c.tensor("key"));
+    const Tensor<T> value = cast<T>(c.tensor("value"));
+    const Tensor<T>& k = c.flag("self_attention") ? query : key;
+    const Tensor<T>& v = c.flag("self_attention") ? query : c.flag("kv_same") ? key : value;
+
+    const auto fwd = mha.forward(query, k, v, m);
+    check_close<T>("output", fwd.output, c.tensor("output"), tolerance);
+    if (m.need_weights)
+        check_close<T>("attn_weights", fwd.attn_weights, c.tensor("attn_weights"), tolerance);
+
+    const auto g = mha.backward(fwd, cast<T>(c.tensor("grad_output")));
+    check_close<T>("grad query", g.query, c.tensor("grad_query"), tolerance);
+    check_close<T>("grad key", g.key, c.tensor("grad_key"), tolerance);
+    check_close<T>("grad value", g.value, c.tensor("grad_value"), tolerance);
+    const auto grads = mha.grad_dict();
+    REQUIRE(grads.size() == c.grads.size());
+    for (const auto& [name, expected] : c.grads) {
+        REQUIRE(grads.count(name) == 1);
+        check_close<T>("grad/" + name, grads.at(name), expected, tolerance);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("grouped-query golden cases exist", "[gqa][golden]") {
+    const std::vector<std::string> names = headwise::test::golden_case_names("gqa");
+    CHECK(names.size() >= 10);
+    int grouped = 0, scaled = 0, bottom_right = 0;
+    for (const std::string& name : names) {
+        const GoldenCase c = headwise::test::load_golden_case(name, "gqa");
+        grouped += c.meta_int("num_kv_heads") < c.meta_int("num_heads");
+        scaled += c.meta.count("scale") > 0;
+        bottom_right += c.flag("causal_alignment");
+    }
+    CHECK(grouped >= 6);
+    CHECK(scaled >= 3);
+    CHECK(bottom_right >= 3);
+}
+
+TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.13 in double",
+          "[gqa][golden]") {
+    const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
+    const Projection projection =
+        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(name, headwise::to_string(projection));
+    check_case<double>(headwise::test::load_golden_case(name, "gqa"), projection, kToleranceDouble);
+}
+
+TEST_CASE("grouped-query attention reproduces PyTorch 1.13 in float", "[gqa][golden]") {
+    const std::string name = GENERATE(as<std::string>{}, "gqa_bias_kv_zero_attn_padding",
+                                      "gqa_kdim_vdim", "gqa_bottom_right_scale_padding");
+    const Projection projection =
+        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(name, headwise::to_string(projection));
+    check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection, kToleranceFloat);
+}

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: MIT
+// KV-cache decoding: any chunking of a sequence gives the outputs of one causal forward in eval
+// mode (every projection, grouped-query heads, appended keys, a chosen scale, key padding); the
+// cache's size and memory; errors that leave the cache as it was; no allocation per step.
+//
+// This file counts heap allocations: it replaces the global operator new (every headwise buffer
+// comes from it) and builds Eigen with EIGEN_RUNTIME_NO_MALLOC, so that an Eigen temporary inside
+// a step would fail an assertion.
+#define EIGEN_RUNTIME_NO_MALLOC
+#include <headwise/headwise.hpp>
+
+#include <atomic>     // std::atomic
+#include <cstddef>    // std::size_t
+#include <cstdlib>    // std::malloc, std::free, std::aligned_alloc
+#include <new>        // std::bad_alloc, std::align_val_t
+#include <optional>   // std::optional
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "support/catch.hpp"
+#include "support/match.hpp"
+#include "support/tolerance.hpp"
+
+// ---- allocation counting -----------------------------------------------------------------------
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+    ++g_allocations;
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+    ++g_allocations;
+    const std::size_t align = static_cast<std::size_t>(a);
+    if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace headwise;
+
+namespace {
+
+constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
+                                       Projection::per_head};
+
+struct DecodeConfig {
+    Index H = 4, Hkv = 0;
+    bool bias = true, bias_kv = false, zero_attn = false;
+    std::optional<double> scale;
+
+    MultiheadAttentionOptions options(Index E, Projection p) const {
+        MultiheadAttentionOptions o;
+        o.embed_dim = E;
+        o.num_heads = H;
+        o.num_kv_heads = Hkv;
+        o.projection = p;
+        o.bias = bias;
+        o.add_bias_kv = bias_kv;
+        o.add_zero_attn = zero_attn;
+        o.scale = scale;
+        return o;
+    }
+    std::string str() const {
+        return "H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+               " bias=" + std::to_string(bias) + " bias_kv=" + std::to_string(bias_kv) +
+               " zero_attn=" + std::to_string(zero_attn) +
+               " scale=" + (scale ? std::to_string(*scale) : std::string("default"));
+    }
+};
+
+std::vector<DecodeConfig> decode_grid() {
+    std::vector<DecodeConfig> g(7);
+    g[1].Hkv = 2;
+    g[2].Hkv = 1;
+    g[3].Hkv = 2, g[3].bias_kv = true, g[3].zero_attn = true;
+    g[4].bias = false, g[4].Hkv = 1;
+    g[5].scale = 0.8, g[5].zero_attn = true;
+    g[6].H = 8, g[6].Hkv = 2, g[6].bias_kv = true;
+    return g;
+}
+
+/// Tokens [first, first + count) of x [B, N, E].
+template <class T>
+Tensor<T> tokens(const Tensor<T>& x, Index first, Index count) {
+    const Index B = x.size(0), E = x.size(2);
+    Tensor<T> out(Shape{B, count, E});
+    for (Index b = 0; b < B; ++b)
+        for (Index n = 0; n < count; ++n)
+            for (Index e = 0; e < E; ++e) out(b, n, e) = x(b, first + n, e);
+    return out;
+}
+
+/// Writes y [B, T, E] into tokens [first, first + T) of out [B, N, E].
+template <class T>
+void put_tokens(Tensor<T>& out, const Tensor<T>& y, Index first) {
+    for (Index b = 0; b < y.size(0); ++b)
+        for (Index n = 0; n < y.size(1); ++n)
+            for (Index e = 0; e < y.size(2); ++e) out(b, first + n, e) = y(b, n, e);
+}
+
+/// Module with random non-zero biases, in eval mode.
+template <class T>
+MultiheadAttention<T> make_module(const DecodeConfig& c, Index E, Projection p) {
+    MultiheadAttention<T> m(c.options(E, p), 13);
+    std::mt19937_64 rng(31);
+    auto sd = m.state_dict();
+    for (auto& [name, t] : sd)
+        if (name.find("bias") != std::string::npos) t = Tensor<T>::randn(t.shape(), rng);
+    m.load_state_dict(sd);
+    m.eval();
+    return m;
+}
+
+/// forward(x, x, x) with is_causal, in eval mode: what decoding must reproduce.
+template <class T>
+Tensor<T> causal_forward(MultiheadAttention<T>& m, const Tensor<T>& x,
+                         const Tensor<bool>& padding = {}) {
+    AttentionMasks<T> masks;
+    masks.is_causal = true;
+    masks.key_padding_mask = padding;
+    return m.forward(x, x, x, masks).output;
+}
+
+/// Decodes x [B, N, E] in chunks of the given sizes, returns the outputs [B, N, E].
+template <class T>
+Tensor<T> decode_in_chunks(MultiheadAttention<T>& m, KVCache<T>& cache, const Tensor<T>& x,
+                           const std::vector<Index>& chunks, const Tensor<bool>& padding = {}) {
+    Tensor<T> out(x.shape());
+    Index first = cache.size();
+    for (Index t : chunks) {
+        const Tensor<T> y = padding.empty()
+                                ? m.decode(tokens(x, first, t), cache)
+                                : m.decode(tokens(x, first, t), cache,
+                                           [&] {  // the chunk's columns of the [B, N] padding
+                                               Tensor<bool> p(Shape{x.size(0), t});
+                                               for (Index b = 0; b < x.size(0); ++b)
+                                                   for (Index j = 0; j < t; ++j)
+                                                       p(b, j) = padding(b, first + j);
+                                               return p;
+                                           }());
+        put_tokens(out, y, first);
+        first += t;
+        CHECK(cache.size() == first);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("decoding token by token equals one causal forward", "[kv_cache]", float,
+                   double) {
+    using T = TestType;
+    const Index B = 2, N = 7, E = 16;
+    std::mt19937_64 rng(4);
+    const auto x = Tensor<T>::randn(Shape{B, N, E}, rng);
+    for (const DecodeConfig& c : decode_grid())
+        for (Projection p : kProjections) {
+            CAPTURE(c.str(), to_string(p));
+            MultiheadAttention<T> m = make_module<T>(c, E, p);
+            const Tensor<T> expected = causal_forward(m, x);
+            KVCache<T> cache = m.make_kv_cache(B, N);
+            const Tensor<T> y = decode_in_chunks(m, cache, x, std::vector<Index>(N, 1));
+            HEADWISE_CHECK_CLOSE(y, expected, Tol<T>::rel);
+        }
+}
+
+TEST_CASE("decoding in uneven chunks equals one causal forward", "[kv_cache]") {
+    const Index B = 3, N = 11, E = 16;
+    std::mt19937_64 rng(5);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    const std::vector<std::vector<Index>> chunkings = {
+        {11}, {3, 1, 4, 2, 1}, {1, 5, 5}, {6, 1, 1, 1, 2}};
+    for (const DecodeConfig& c : decode_grid())
+        for (Projection p : kProjections) {
+            CAPTURE(c.str(), to_string(p));
+            MultiheadAttention<double> m = make_module<double>(c, E, p);
+            const Tensor<double> expected = causal_forward(m, x);
+            KVCache<double> cache = m.make_kv_cache(B, 16);  // room to spare
+            for (const auto& chunks : chunkings) {
+                CAPTURE(chunks);
+                cache.clear();
+                CHECK(cache.size() == 0);
+                const Tensor<double> y = decode_in_chunks(m, cache, x, chunks);
+                HEADWISE_CHECK_CLOSE(y, expected, 1e-12);
+            }
+        }
+}
+
+TEST_CASE("an unbatched sequence decodes with a cache of batch 1", "[kv_cache]") {
+    const Index N = 5, E = 8;
+    std::mt19937_64 rng(6);
+    const auto x = Tensor<double>::randn(Shape{1, N, E}, rng);
+    DecodeConfig c;
+    c.H = 2, c.Hkv = 1;
+    MultiheadAttention<double> m = make_module<double>(c, E, Projection::fused);
+    const Tensor<double> expected = causal_forward(m, x);
+    KVCache<double> cache = m.make_kv_cache(1, N);
+    for (Index t = 0; t < N; ++t) {
+        Tensor<double> token(Shape{1, E});  // [T, E]
+        for (Index e = 0; e < E; ++e) token(0, e) = x(0, t, e);
+        const Tensor<double> y = m.decode(token, cache);
+        REQUIRE(y.shape() == Shape{1, E});
+        for (Index e = 0; e < E; ++e)
+            CHECK(y(0, e) == Catch::Approx(expected(0, t, e)).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("a batch of sequences of different lengths decodes with key padding", "[kv_cache]") {
+    // Sequence 0 has 7 tokens, sequence 1 has 4, left-padded by 3: its padding keys are never
+    // attended, by its own later tokens or any other. The outputs equal one causal forward with
+    // the same key_padding_mask (padded query rows see no key there and give out_proj.bias).
+    const Index B = 2, N = 7, E = 16;
+    std::mt19937_64 rng(8);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    Tensor<bool> padding(Shape{B, N});
+    for (Index j = 0; j < 3; ++j) padding(1, j) = true;
+    for (const DecodeConfig& c : decode_grid())
+        for (Projection p : kProjections) {
+            CAPTURE(c.str(), to_string(p));
+            MultiheadAttention<double> m = make_module<double>(c, E, p);
+            const Tensor<double> expected = causal_forward(m, x, padding);
+            KVCache<double> cache = m.make_kv_cache(B, N);
+            const Tensor<double> y = decode_in_chunks(m, cache, x, {4, 1, 2}, padding);
+            HEADWISE_CHECK_CLOSE(y, expected, 1e-12);
+            // Token by token as well: a prompt chunk, then one token at a time.
+            cache.clear();
+            const Tensor<double> y1 = decode_in_chunks(m, cache, x, {3, 1, 1, 1, 1}, padding);
+            HEADWISE_CHECK_CLOSE(y1, expected, 1e-12);
+        }
+}
+
+TEST_CASE("the cache holds Hkv key/value heads: Hkv / H the memory of a full one", "[kv_cache]") {
+    const Index E = 64, B = 2, capacity = 100;
+    MultiheadAttentionOptions o;
+    o.embed_dim = E;
+    o.num_heads = 8;
+    MultiheadAttention<float> full(o, 1);
+    o.num_kv_heads = 2;
+    MultiheadAttention<float> grouped(o, 1);
+    o.num_kv_heads = 1;
+    MultiheadAttention<float> mqa(o, 1);
+    const KVCache<float> a = full.make_kv_cache(B, capacity);
+    const KVCache<float> b = grouped.make_kv_cache(B, capacity);
+    const KVCache<float> c = mqa.make_kv_cache(B, capacity);
+    // K and V: B * Hkv * capacity * D values each.
+    CHECK(a.memory_bytes() == 2 * B * 8 * capacity * 8 * sizeof(float));
+    CHECK(b.memory_bytes() * 4 == a.memory_bytes());
+    CHECK(c.memory_bytes() * 8 == a.memory_bytes());
+    CHECK(c.num_kv_heads() == 1);
+    CHECK(c.head_dim() == 8);
+    CHECK(c.batch() == B);
+    CHECK(c.capacity() == capacity);
+    CHECK(c.size() == 0);
+}
+
+TEST_CASE("decode errors are clear and leave the cache unchanged", "[kv_cache][errors]") {
+    const Index B = 2, N = 6, E = 8;
+    std::mt19937_64 rng(9);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    DecodeConfig c;
+    c.H = 2, c.Hkv = 1;
+    MultiheadAttention<double> m = make_module<double>(c, E, Projection::fused);
+    const Tensor<double> expected = causal_forward(m, x);
+    KVCache<double> cache = m.make_kv_cache(B, N);
+    Tensor<double> out(x.shape());
+    put_tokens(out, m.decode(tokens(x, 0, 4), cache), 0);
+    REQUIRE(cache.size() == 4);
+
+    // Capacity: 4 held + 3 new > 6.
+    CHECK_THROWS_WITH(m.decode(tokens(x, 0, 3), cache),
+                      "headwise::MultiheadAttention::decode: x_new: 3 new tokens do not fit the "
+                      "cache, which holds 4 of capacity 6");
+    // Batch and width.
+    CHECK_THROWS_WITH(m.decode(Tensor<double>(Shape{3, 1, E}), cache),
+                      "headwise::MultiheadAttention::decode: x_new: expected shape [2, T, 8], "
+                      "got [3, 1, 8]");
+    CHECK_THROWS_AS(m.decode(Tensor<double>(Shape{B, 1, E + 1}), cache), shape_error);
+    CHECK_THROWS_AS(m.decode(Tensor<double>(Shape{B, 1, 1, E}), cache), shape_error);
+    CHECK_THROWS_AS(m.decode(Tensor<double>(Shape{B, 0, E}), cache), shape_error);
+    // Padding of the wrong shape.
+    CHECK_THROWS_AS(m.decode(tokens(x, 4, 1), cache, Tensor<bool>(Shape{B, 2})), shape_error);
+    // Training mode.
+    m.train();
+    CHECK_THROWS_WITH(m.decode(tokens(x, 4, 1), cache),
+                      "headwise::MultiheadAttention::decode: the module is in training mode; "
+                      "decode runs in eval mode, call eval() first");
+    m.eval();
+    // A cache made by a module of other dimensions.
+    DecodeConfig other = c;
+    other.Hkv = 2;
+    MultiheadAttention<double> m2 = make_module<double>(other, E, Projection::fused);
+    CHECK_THROWS_AS(m2.decode(tokens(x, 4, 1), cache), std::invalid_argument);
+    KVCache<double> small_batch = m2.make_kv_cache(1, N);
+    CHECK_THROWS_AS(m.decode(tokens(x, 4, 1), small_batch), std::invalid_argument);
+
+    // None of it touched the cache: the rest of the sequence decodes as if nothing happened.
+    CHECK(cache.size() == 4);
+    put_tokens(out, m.decode(tokens(x, 4, 2), cache), 4);
+    HEADWISE_CHECK_CLOSE(out, expected, 1e-12);
+    // And now it is full.
+    CHECK_THROWS_AS(m.decode(tokens(x, 0, 1), cache), std::invalid_argument);
+    CHECK(cache.size() == N);
+}
+
+TEST_CASE("make_kv_cache checks its arguments and the module", "[kv_cache][errors]") {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    MultiheadAttention<float> m(o, 1);
+    CHECK_THROWS_WITH(
+        m.make_kv_cache(0, 4),
+        "headwise::MultiheadAttention::make_kv_cache: batch: must be positive, got 0");
+    CHECK_THROWS_AS(m.make_kv_cache(1, 0), std::invalid_argument);
+    o.kdim = 4;  // decode is self-attention: keys and values are projected from x_new
+    MultiheadAttention<float> cross(o, 1);
+    CHECK_THROWS_WITH(cross.make_kv_cache(1, 4),
+                      "headwise::MultiheadAttention::make_kv_cache: options.kdim, options.vdim: "
+                      "decode is self-attention and needs kdim == vdim == embed_dim = 8, got "
+                      "kdim 4, vdim 8");
+}
+
+TEST_CASE("after the first step, a decode step allocates nothing", "[kv_cache][alloc]") {
+    const Index B = 2, N = 40, E = 32;
+    std::mt19937_64 rng(10);
+    const auto x = Tensor<float>::randn(Shape{B, N, E}, rng);
+    for (const DecodeConfig& c : decode_grid())
+        for (Projection p : kProjections) {
+            CAPTURE(c.str(), to_string(p));
+            MultiheadAttention<float> m = make_module<float>(c, E, p);
+            KVCache<float> cache = m.make_kv_cache(B, N);
+            std::vector<Tensor<float>> steps;  // every token, built before counting
+            for (Index t = 0; t < N; ++t) steps.push_back(tokens(x, t, 1));
+            Tensor<float> y(Shape{B, 1, E});
+            m.decode_into(steps[0], cache, y);  // the first step may size the scratch
+            long counted = 0;
+            for (Index t = 1; t < N; ++t) {
+                const long before = g_allocations.load();
+                Eigen::internal::set_is_malloc_allowed(false);
+                m.decode_into(steps[static_cast<std::size_t>(t)], cache, y);
+                Eigen::internal::set_is_malloc_allowed(true);
+                counted += g_allocations.load() - before;
+            }
+            CHECK(counted == 0);
+            CHECK(cache.size() == N);
+            // decode (returning a new tensor) allocates only its result.
+            cache.clear();
+            (void)m.decode(steps[0], cache);
+            const long before = g_allocations.load();
+            (void)m.decode(steps[1], cache);
+            CHECK(g_allocations.load() - before == 1);
+        }
+}
