@@ -5,7 +5,9 @@
 #             and a start-up check of each benchmark program.
 #   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), less
 #             the consumer projects (they build nothing of ours with sanitizers) and benchmarks.
-# Build trees: build/dev, build/asan. Logs: build/dev.log, build/asan.log.
+#   3. cblas: the dev suite again with every GEMM through a CBLAS (HEADWISE_BLAS=ON, OpenBLAS
+#             here), consumers included: they link the BLAS through find_package and pkg-config.
+# Build trees: build/dev, build/asan, build/cblas. Logs: build/<preset>.log.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,6 +44,7 @@ run_workflow() {
 
 run_workflow dev
 run_workflow asan
+run_workflow cblas
 
 echo
 echo "headwise: summary"

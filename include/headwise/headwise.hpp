@@ -14,6 +14,7 @@
 #include "layers/multihead_attention.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
+#include "ops/gemm.hpp"
 #include "ops/linear.hpp"
 #include "ops/softmax.hpp"
 #include "random.hpp"
