@@ -4,7 +4,10 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>  // std::max
+
 #include "../config.hpp"
+#include "../detail/parallel.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -63,7 +66,10 @@ void linear_forward(ConstMatrixRef<T> X, ConstMatrixRef<T> W, const T* b, Matrix
     // y_n = W x_n + b. The bias initialises Y and the GEMM accumulates onto it (beta = 1), so
     // the bias costs no pass over Y of its own: without it the GEMM would zero-fill Y instead.
     if (b != nullptr) {
-        Y.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, out);
+        const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bias(b, out);  // [out]
+        detail::parallel_blocks(
+            N, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(out, 1)),
+            [&](Index first, Index rows) { Y.middleRows(first, rows).rowwise() = bias; });
         gemm<T>(T(1), X, Op::none, W, Op::transpose, T(1), Y);
     } else {
         gemm<T>(T(1), X, Op::none, W, Op::transpose, T(0), Y);
@@ -104,7 +110,14 @@ void linear_backward_bias(ConstMatrixRef<T> dY, T* db) {
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> db_row(db, dY.cols());  // [out]
 
     // Y = ... + b (broadcast over rows)  =>  db = sum_n dY[n, :]; row by row, each row contiguous.
-    for (Index n = 0; n < dY.rows(); ++n) db_row += dY.row(n);
+    // With OpenMP, each thread sums its own columns.
+    const Index N = dY.rows();
+    detail::parallel_blocks(dY.cols(),
+                            std::max<Index>(16, detail::kParallelGrain / std::max<Index>(N, 1)),
+                            [&](Index first, Index cols) {
+                                for (Index n = 0; n < N; ++n)
+                                    db_row.segment(first, cols) += dY.row(n).segment(first, cols);
+                            });
 }
 
 template <class T>
