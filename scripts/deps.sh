@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
-# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark and
-# OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend).
+# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
+# OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend) and nlohmann/json
+# (safetensors headers).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
 #   source scripts/deps.sh && headwise_deps   the same, from another script
@@ -33,6 +34,8 @@ headwise_deps() {
     _headwise_have_package libbenchmark-dev benchmark/benchmark.h benchmarkConfig.cmake ||
         missing+=(libbenchmark-dev)
     _headwise_have_package libopenblas-dev cblas.h "" || missing+=(libopenblas-dev)
+    _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
+        missing+=(nlohmann-json3-dev)
 
     if ((${#missing[@]} > 0)); then
         _headwise_install "${missing[@]}" || return 1

@@ -98,6 +98,10 @@ TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradch
             c.dropout = 0.2, c.bias_kv = true;
         }),
         with([](C c) { c.bias = false, c.H = 4, c.batched = false; }),
+        with([](C c) {
+            c.inputs = Inputs::kv_same, c.L = 3, c.S = 5, c.masks = MaskKind::causal;
+            c.alignment = CausalAlignment::bottom_right, c.scale = 0.9;
+        }),
     };
     for (const MhaConfig& cfg : grid) {
         for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {

@@ -49,6 +49,15 @@ std::vector<MhaConfig> config_grid() {
         with([](C c) { c.batched = false, c.L = 4, c.masks = MaskKind::all; }),
         with([](C c) { c.B = 3, c.L = 6, c.E = 12, c.H = 3, c.need_weights = false; }),
         with([](C c) { c.E = 16, c.H = 4, c.L = 5, c.average = false, c.bias_kv = true; }),
+        with([](C c) { c.scale = 0.3, c.masks = MaskKind::all; }),  // a chosen scale
+        with([](C c) {  // a chunk of 3 new queries over 6 keys, causal from the bottom right
+            c.masks = MaskKind::causal, c.alignment = CausalAlignment::bottom_right;
+            c.inputs = Inputs::kv_same, c.L = 3, c.S = 6;
+        }),
+        with([](C c) {  // more queries than keys: the first rows see only the appended key
+            c.masks = MaskKind::causal, c.alignment = CausalAlignment::bottom_right;
+            c.inputs = Inputs::distinct, c.L = 4, c.S = 2, c.bias_kv = true, c.average = false;
+        }),
     };
 }
 

@@ -18,10 +18,11 @@ using namespace headwise;
 namespace {
 
 /// softmax(scale Q K^T + bias, masked = -inf) V in loops, double; zero rows where nothing shows.
+/// Causal: query i may attend key j when j <= i + causal_offset.
 Tensor<double> reference_slice(const Tensor<double>& Q, const Tensor<double>& K,
                                const Tensor<double>& V, double scale, const Tensor<bool>& mask,
                                const Tensor<double>& bias, const Tensor<bool>& padding, bool causal,
-                               Tensor<double>* P_out) {
+                               Index causal_offset, Tensor<double>* P_out) {
     const Index L = Q.size(0), S = K.size(0), D = Q.size(1), Dv = V.size(1);
     Tensor<double> O(Shape{L, Dv}), P(Shape{L, S});
     for (Index i = 0; i < L; ++i) {
@@ -33,7 +34,7 @@ Tensor<double> reference_slice(const Tensor<double>& Q, const Tensor<double>& K,
             for (Index d = 0; d < D; ++d) acc += Q(i, d) * K(j, d);
             acc = acc * scale + (bias.empty() ? 0.0 : bias(i, j));
             const bool h = (!mask.empty() && mask(i, j)) || (!padding.empty() && padding(j)) ||
-                           (causal && j > i);
+                           (causal && j > i + causal_offset);
             hidden[static_cast<std::size_t>(j)] = h;
             s[static_cast<std::size_t>(j)] = acc;
             if (!h && acc > m) m = acc;
@@ -62,8 +63,14 @@ Tensor<T> cast(const Tensor<double>& x) {
 
 struct SliceCase {
     Index L, S, D, Dv;
-    int masks;  // bit 0 bool mask, 1 bias, 2 key padding, 3 causal
+    int masks;  // bit 0 bool mask, 1 bias, 2 key padding, 3 causal, 4 bottom-right alignment
 };
+
+/// The causal offset of a `masks` code (bit 4: bottom-right) for L queries over S keys.
+Index offset_of(int masks, Index L, Index S) {
+    return ops::causal_offset(
+        (masks & 16) ? CausalAlignment::bottom_right : CausalAlignment::top_left, L, S);
+}
 
 }  // namespace
 
@@ -78,7 +85,10 @@ TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][atten
                                                          {6, 6, 8, 8, 4},
                                                          {6, 6, 4, 2, 8},
                                                          {7, 5, 3, 3, 15},
-                                                         {2, 9, 16, 16, 15}}));
+                                                         {2, 9, 16, 16, 15},
+                                                         {3, 7, 4, 4, 24},
+                                                         {7, 3, 4, 4, 24},
+                                                         {4, 9, 2, 5, 31}}));
     CAPTURE(L, S, D, Dv, masks);
     std::mt19937_64 rng(42);
     const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
@@ -97,10 +107,11 @@ TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][atten
         for (Index j = 1; j < S; ++j) padding(j) = uniform01(rng) < 0.4;
     }
     const bool causal = (masks & 8) != 0;
+    const Index offset = offset_of(masks, L, S);
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     Tensor<double> P_ref;
     const Tensor<double> O_ref =
-        reference_slice(Q, K, V, scale, mask, bias, padding, causal, &P_ref);
+        reference_slice(Q, K, V, scale, mask, bias, padding, causal, offset, &P_ref);
 
     // Q, K, V as strided column blocks of wider matrices, as MultiheadAttention passes them.
     Tensor<T> wide_q(Shape{L, D + 3}), wide_k(Shape{S, D + 2}), wide_v(Shape{S, Dv + 1});
@@ -115,6 +126,7 @@ TEMPLATE_TEST_CASE("attention_forward matches the reference loops", "[ops][atten
     sm.bias_ld = S;
     sm.key_padding = padding.empty() ? nullptr : padding.data();
     sm.causal = causal;
+    sm.causal_offset = offset;
     Tensor<T> P(Shape{L, S}), O(Shape{L, Dv});
     ops::attention_forward<T>(wide_q.column_block(1, D), wide_k.column_block(2, D),
                               wide_v.column_block(0, Dv), sm, static_cast<T>(scale), ops::Dropout{},
@@ -153,8 +165,12 @@ TEST_CASE("a row with every key masked attends to nothing: zero output, zero gra
 TEST_CASE("attention_backward matches finite differences, masks and dropout included",
           "[ops][attention][gradcheck]") {
     // Plain variables, not structured bindings: lambdas capture them (C++17).
-    const auto row = GENERATE(table<Index, Index, Index, int, double>(
-        {{3, 4, 2, 0, 0.0}, {4, 4, 3, 15, 0.0}, {5, 3, 4, 3, 0.3}, {2, 6, 2, 8, 0.5}}));
+    const auto row = GENERATE(table<Index, Index, Index, int, double>({{3, 4, 2, 0, 0.0},
+                                                                       {4, 4, 3, 15, 0.0},
+                                                                       {5, 3, 4, 3, 0.3},
+                                                                       {2, 6, 2, 8, 0.5},
+                                                                       {3, 6, 2, 24, 0.0},
+                                                                       {2, 5, 3, 31, 0.3}}));
     const Index L = std::get<0>(row), S = std::get<1>(row), D = std::get<2>(row);
     const int masks = std::get<3>(row);
     const double p = std::get<4>(row);
@@ -172,6 +188,7 @@ TEST_CASE("attention_backward matches finite differences, masks and dropout incl
     sm.bias_ld = S;
     sm.key_padding = padding.data();
     sm.causal = (masks & 8) != 0;
+    sm.causal_offset = offset_of(masks, L, S);
     const ops::Dropout dropout{p, 1234};
     const double scale = 0.7;
     const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
@@ -222,4 +239,39 @@ TEST_CASE("attention gradients accumulate into dQ, dK, dV", "[ops][attention]") 
     for (Index i = 0; i < dQ1.numel(); ++i) CHECK(dQ2.data()[i] == 2 * dQ1.data()[i]);
     for (Index i = 0; i < dK1.numel(); ++i) CHECK(dK2.data()[i] == 2 * dK1.data()[i]);
     for (Index i = 0; i < dV1.numel(); ++i) CHECK(dV2.data()[i] == 2 * dV1.data()[i]);
+}
+
+TEMPLATE_TEST_CASE(
+    "bottom-right causal attention of the last L queries equals the last rows of "
+    "a full causal attention",
+    "[ops][attention]", float, double) {
+    using T = TestType;
+    const auto [L, S] = GENERATE(table<Index, Index>({{1, 1}, {1, 6}, {3, 6}, {6, 6}}));
+    CAPTURE(L, S);
+    const Index D = 4;
+    std::mt19937_64 rng(11);
+    const auto Q = Tensor<T>::randn(Shape{S, D}, rng);  // one query per key: the full sequence
+    const auto K = Tensor<T>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<T>::randn(Shape{S, D}, rng);
+    const T scale = T(0.6);
+
+    ops::ScoreMask<T> full;  // top-left over the whole sequence
+    full.causal = true;
+    Tensor<T> P_full(Shape{S, S}), O_full(Shape{S, D});
+    ops::attention_forward<T>(Q.matrix(), K.matrix(), V.matrix(), full, scale, ops::Dropout{}, 0,
+                              P_full.matrix(), P_full.matrix(), O_full.matrix());
+
+    ops::ScoreMask<T> last;  // the last L queries, aligned bottom-right
+    last.causal = true;
+    last.causal_offset = ops::causal_offset(CausalAlignment::bottom_right, L, S);
+    Tensor<T> P(Shape{L, S}), O(Shape{L, D});
+    ops::attention_forward<T>(Q.matrix().bottomRows(L), K.matrix(), V.matrix(), last, scale,
+                              ops::Dropout{}, 0, P.matrix(), P.matrix(), O.matrix());
+    const Tensor<T> O_rows(Shape{L, D},
+                           std::vector<T>(O_full.data() + (S - L) * D, O_full.data() + S * D));
+    const Tensor<T> P_rows(Shape{L, S},
+                           std::vector<T>(P_full.data() + (S - L) * S, P_full.data() + S * S));
+    // The same arithmetic on the same rows: equal to the last bit.
+    CHECK(test::identical(O, O_rows));
+    CHECK(test::identical(P, P_rows));
 }

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>    // std::fill_n, std::copy_n
+#include <cstdint>      // std::int64_t
 #include <cstring>      // std::memset
 #include <memory>       // std::unique_ptr
 #include <new>          // ::operator new, std::align_val_t
@@ -212,12 +213,15 @@ TensorView<T> view(T* data, const Shape& shape) {
 }
 
 /// Owning, zero-initialised, 64-byte aligned, contiguous row-major tensor of any rank up to
-/// Shape::kMaxRank. Holds float or double (computation) or bool (masks). A default-constructed
+/// Shape::kMaxRank. Holds float or double (computation), bool (masks) or std::int64_t (indices:
+/// token ids, class targets). A default-constructed
 /// tensor is empty: shape [0], numel() == 0.
 template <class T>
 class Tensor {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bool>,
-                  "headwise::Tensor holds float, double (values) or bool (masks)");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                      std::is_same_v<T, bool> || std::is_same_v<T, std::int64_t>,
+                  "headwise::Tensor holds float, double (values), bool (masks) or std::int64_t "
+                  "(indices)");
 
 public:
     using value_type = T;

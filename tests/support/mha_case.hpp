@@ -2,10 +2,11 @@
 // Test cases for MultiheadAttention: a configuration, its inputs and masks, and the reference run.
 #pragma once
 
-#include <map>     // std::map
-#include <random>  // std::mt19937_64
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <map>       // std::map
+#include <optional>  // std::optional
+#include <random>    // std::mt19937_64
+#include <string>    // std::string
+#include <vector>    // std::vector
 
 #include <headwise/layers/multihead_attention.hpp>
 
@@ -26,6 +27,8 @@ struct MhaConfig {
     bool average = true;
     double dropout = 0.0;
     bool batched = true;
+    CausalAlignment alignment = CausalAlignment::top_left;  // of the causal mask
+    std::optional<double> scale;                            // unset: 1 / sqrt(D)
 
     std::string str() const {
         return "B=" + std::to_string(B) + " L=" + std::to_string(L) + " S=" + std::to_string(S) +
@@ -35,7 +38,9 @@ struct MhaConfig {
                " zero_attn=" + std::to_string(zero_attn) +
                " inputs=" + std::to_string(static_cast<int>(inputs)) +
                " masks=" + std::to_string(static_cast<int>(masks)) +
-               " dropout=" + std::to_string(dropout) + " batched=" + std::to_string(batched);
+               " dropout=" + std::to_string(dropout) + " batched=" + std::to_string(batched) +
+               " alignment=" + to_string(alignment) +
+               " scale=" + (scale ? std::to_string(*scale) : std::string("default"));
     }
     MultiheadAttentionOptions options(Projection p) const {
         MultiheadAttentionOptions o;
@@ -48,6 +53,7 @@ struct MhaConfig {
         o.add_bias_kv = bias_kv;
         o.add_zero_attn = zero_attn;
         o.dropout = dropout;
+        o.scale = scale;
         return o;
     }
     Index kd() const { return kdim ? kdim : E; }
@@ -102,6 +108,7 @@ MhaData<T> make_data(const MhaConfig& c, std::uint64_t seed = 7) {
             d.masks.key_padding_mask.data()[i] = (i % S) != 0 && uniform01(rng) < 0.3;
     }
     d.masks.is_causal = c.masks == MaskKind::causal || all;
+    d.masks.causal_alignment = c.alignment;
     d.masks.need_weights = c.need_weights;
     d.masks.average_attn_weights = c.average;
     return d;
@@ -132,9 +139,10 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     if (!d.masks.key_padding_mask.empty()) rm.key_padding = d.masks.key_padding_mask.data();
     rm.causal = d.masks.is_causal;
     const Index S = c.inputs == Inputs::self ? c.L : c.S;
+    rm.causal_offset = ops::causal_offset(c.alignment, c.L, S);
     return reference_mha(params_in_double(m), c.batched ? c.B : 1, c.L, S, c.E, c.H, c.kd(), c.vd(),
-                         dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn,
-                         rm);
+                         dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn, rm,
+                         c.scale);
 }
 
 }  // namespace headwise::test

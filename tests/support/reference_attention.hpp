@@ -2,11 +2,12 @@
 // Multi-head attention forward in plain loops and double precision: the oracle for the module.
 #pragma once
 
-#include <cmath>   // std::exp, std::sqrt, std::isinf
-#include <limits>  // std::numeric_limits
-#include <map>     // std::map
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <cmath>     // std::exp, std::sqrt, std::isinf
+#include <limits>    // std::numeric_limits
+#include <map>       // std::map
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <vector>    // std::vector
 
 #include <headwise/tensor.hpp>
 
@@ -26,17 +27,20 @@ struct ReferenceMasks {
     bool attn_bias_4d = false;
     const bool* key_padding = nullptr;  // [B, S]
     bool causal = false;
+    Index causal_offset = 0;  // causal: query i may attend key j when j <= i + causal_offset
 };
 
 /// Follows torch.nn.functional.multi_head_attention_forward step by step, with loops:
 /// project, append bias_k/bias_v, append zero attention, scores, masks, softmax (a row with no
 /// visible key is all zero), weighted sum, output projection. `params` holds state_dict() names.
+/// The scores are scaled by `scale`, 1 / sqrt(D) when unset.
 inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
                                         Index B, Index L, Index S, Index E, Index H, Index kdim,
                                         Index vdim, const std::vector<double>& q,
                                         const std::vector<double>& k, const std::vector<double>& v,
                                         bool bias, bool bias_kv, bool zero_attn,
-                                        const ReferenceMasks& masks) {
+                                        const ReferenceMasks& masks,
+                                        std::optional<double> scale_option = std::nullopt) {
     const Index D = E / H;
     const bool packed = params.count("in_proj_weight") > 0;
     // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [E, in_p].
@@ -80,7 +84,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
     r.Sx = Sx;
     r.weights.assign(static_cast<std::size_t>(B * H * L * Sx), 0.0);
     std::vector<double> ctx(static_cast<std::size_t>(B * L * E), 0.0);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale = scale_option ? *scale_option : 1.0 / std::sqrt(static_cast<double>(D));
     const double inf = std::numeric_limits<double>::infinity();
     for (Index b = 0; b < B; ++b)
         for (Index h = 0; h < H; ++h)
@@ -99,7 +103,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                         if (masks.attn_bias) acc += masks.attn_bias[bi];
                         if (masks.attn_mask && masks.attn_mask[mi]) acc = -inf;
                         if (masks.key_padding && masks.key_padding[b * S + j]) acc = -inf;
-                        if (masks.causal && j > i) acc = -inf;
+                        if (masks.causal && j > i + masks.causal_offset) acc = -inf;
                     }
                     s[static_cast<std::size_t>(j)] = acc;
                     if (acc > m) m = acc;

@@ -2,9 +2,11 @@
 // What a MultiheadAttention is built from and called with: options, projection choice, masks.
 #pragma once
 
-#include <string>  // std::string
+#include <optional>  // std::optional
+#include <string>    // std::string
 
 #include "../config.hpp"
+#include "../ops/score_mask.hpp"
 #include "../tensor.hpp"
 
 namespace headwise {
@@ -46,6 +48,9 @@ struct MultiheadAttentionOptions {
     bool add_bias_kv = false;    // learnt bias_k, bias_v appended to the keys and values
     bool add_zero_attn = false;  // a zero key and value appended after them
     double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
+
+    // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
+    std::optional<double> scale;
 };
 
 /// Everything optional that shapes one attention call. Boolean masks: `true` means *may not
@@ -61,6 +66,10 @@ struct AttentionMasks {
     bool is_causal = false;            // query i may attend key j only if j <= i (top-left aligned)
     bool need_weights = false;         // return the attention weights (costs B*H*L*S memory)
     bool average_attn_weights = true;  // weights [B, L, S] averaged over heads; else [B, H, L, S]
+
+    // How is_causal aligns L queries with S keys: top_left (j <= i, PyTorch's is_causal) or
+    // bottom_right (j <= i + S - L: a chunk of new tokens after S - L earlier ones).
+    CausalAlignment causal_alignment = CausalAlignment::top_left;
 };
 
 }  // namespace headwise

@@ -5,7 +5,7 @@
 
 #include <Eigen/Core>
 
-#include <cmath>      // std::sqrt
+#include <cmath>      // std::sqrt, std::isfinite
 #include <cstdint>    // std::uint64_t
 #include <map>        // std::map
 #include <memory>     // std::shared_ptr
@@ -240,6 +240,9 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
                                std::to_string(options.dropout));
+    if (options.scale && !std::isfinite(*options.scale))
+        throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
+                               std::to_string(*options.scale));
     E_ = options.embed_dim;
     H_ = options.num_heads;
     D_ = E_ / H_;
@@ -333,7 +336,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     const bool bias_kv = options_.add_bias_kv, zero_attn = options_.add_zero_attn;
     const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);  // keys after appending
     const bool training = training_;
-    const T scale = T(1) / std::sqrt(static_cast<T>(D_));
+    const T scale =
+        options_.scale ? static_cast<T>(*options_.scale) : T(1) / std::sqrt(static_cast<T>(D_));
     ops::Dropout dropout;
     if (training && options_.dropout > 0.0) dropout = ops::Dropout{options_.dropout, rng_()};
 
@@ -457,6 +461,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         if (!masks.key_padding_mask.empty())
             mask.key_padding = masks.key_padding_mask.data() + b * S;
         mask.causal = masks.is_causal;
+        mask.causal_offset = ops::causal_offset(masks.causal_alignment, L, S);
         mask.masked_keys = S;
         MatrixMap<T> Pbh(P.data() + (keep_p ? slice : thread) * LS, L, Sx);  // [L, S']
         MatrixMap<T> Abh(dropout.active() ? A.data() + thread * LS : Pbh.data(), L, Sx);

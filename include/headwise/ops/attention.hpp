@@ -5,32 +5,15 @@
 #include <Eigen/Core>
 
 #include <cstdint>  // std::uint64_t
-#include <limits>   // std::numeric_limits
 
 #include "../config.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
 #include "gemm.hpp"
+#include "score_mask.hpp"
 #include "softmax.hpp"
 
 namespace headwise::ops {
-
-/// Which scores of one [L, S] slice are hidden, and what is added to them. Every field is
-/// optional. Boolean masks use one polarity throughout headwise: `true` means *may not attend*.
-/// Keys at column `masked_keys` and beyond (the bias_k and zero-attention keys MultiheadAttention
-/// appends) are never masked, as in PyTorch, which pads its masks with visible columns for them.
-template <class T>
-struct ScoreMask {
-    const bool* mask = nullptr;         // [L, mask_ld] row-major, true = may not attend
-    Index mask_ld = 0;                  // row stride of mask
-    const T* bias = nullptr;            // [L, bias_ld] additive, row-major
-    Index bias_ld = 0;                  // row stride of bias
-    const bool* key_padding = nullptr;  // [masked_keys], true = padding (may not attend)
-    bool causal = false;                // query i may attend key j only if j <= i (top-left)
-    Index masked_keys = -1;             // columns the masks cover; -1 means all
-
-    bool any() const noexcept { return mask || bias || key_padding || causal; }
-};
 
 /// Forward of one slice (Vaswani et al. 2017, Eq. 1):
 ///   S = scale * Q K^T + bias, masked scores = -inf     [L, S]
@@ -68,37 +51,7 @@ void attention_backward(ConstMatrixRef<T> Q,  // [L, D]
                         MatrixRef<T> dK,       // [S, D]  +=
                         MatrixRef<T> dV);      // [S, Dv] +=
 
-/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf.
-template <class T>
-void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S);
-
 // ------------------------------------------------------------------------------------------------
-
-template <class T>
-void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S) {
-    if (!mask.any()) return;
-    constexpr T kHidden = -std::numeric_limits<T>::infinity();
-    const Index L = S.rows();
-    const Index covered = mask.masked_keys < 0 ? S.cols() : mask.masked_keys;
-    HEADWISE_ASSERT(covered <= S.cols());
-    for (Index i = 0; i < L; ++i) {
-        T* row = S.row(i).data();
-        if (mask.bias) {
-            const T* b = mask.bias + i * mask.bias_ld;
-            for (Index j = 0; j < covered; ++j) row[j] += b[j];
-        }
-        if (mask.mask) {
-            const bool* m = mask.mask + i * mask.mask_ld;
-            for (Index j = 0; j < covered; ++j)
-                if (m[j]) row[j] = kHidden;
-        }
-        if (mask.key_padding)
-            for (Index j = 0; j < covered; ++j)
-                if (mask.key_padding[j]) row[j] = kHidden;
-        if (mask.causal)
-            for (Index j = i + 1; j < covered; ++j) row[j] = kHidden;
-    }
-}
 
 template <class T>
 void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,

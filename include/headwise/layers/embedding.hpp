@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+// Embedding<T>: torch.nn.Embedding (a learnt lookup table) with padding_idx, forward and backward.
+#pragma once
+
+#include <algorithm>  // std::copy_n, std::fill_n
+#include <cstdint>    // std::int64_t
+#include <optional>   // std::optional
+#include <stdexcept>  // std::out_of_range
+#include <string>     // std::string, std::to_string
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../init.hpp"
+#include "../random.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+#include "module.hpp"
+
+namespace headwise {
+
+/// A lookup table as torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx): indices
+/// [...] (std::int64_t) -> rows of weight [num_embeddings, embedding_dim], output
+/// [..., embedding_dim]. Initialised N(0, 1) with the padding row zero; the padding row gets no
+/// gradient (it stays what it is). A negative padding_idx counts from the end, as in torch.
+/// Parameter name: "weight".
+template <class T>
+class Embedding : public Module<Embedding<T>, T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    static constexpr const char* kName = "headwise::Embedding";
+
+    /// Throws std::invalid_argument unless both sizes are positive and padding_idx (if given)
+    /// lies in [-num_embeddings, num_embeddings).
+    template <class Rng>
+    Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
+              Rng& rng);
+
+    /// out[..., :] = weight[indices[...], :]. Throws std::out_of_range naming the position of an
+    /// index outside [0, num_embeddings), before writing anything.
+    Tensor<T> forward(TensorView<const std::int64_t> indices) const;
+    /// ADDS dy[..., :] into row indices[...] of the weight gradient (padding rows skipped).
+    void backward(TensorView<const std::int64_t> indices, TensorView<const T> dy);
+
+    Index num_embeddings() const noexcept { return weight_.shape()[0]; }
+    Index embedding_dim() const noexcept { return weight_.shape()[1]; }
+    std::optional<Index> padding_idx() const noexcept { return padding_idx_; }
+    TensorView<T> weight() noexcept { return weight_.view(); }
+    TensorView<const T> weight() const noexcept { return weight_.view(); }
+
+    template <class Self, class Visit>
+    static void visit_parameters(Self& self, Visit&& visit) {
+        visit("weight", self.weight_.view(), self.grad_weight_.view());
+    }
+
+private:
+    void check_indices(const char* fn, TensorView<const std::int64_t> indices) const;
+
+    std::optional<Index> padding_idx_;  // normalised to [0, num_embeddings)
+    Tensor<T> weight_, grad_weight_;    // [num_embeddings, embedding_dim]
+};
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+inline Shape embedding_shape(Index num_embeddings, Index embedding_dim) {
+    constexpr const char* fn = "headwise::Embedding::Embedding";
+    if (num_embeddings <= 0)
+        throw_invalid_argument(fn, "num_embeddings", "must be positive",
+                               std::to_string(num_embeddings));
+    if (embedding_dim <= 0)
+        throw_invalid_argument(fn, "embedding_dim", "must be positive",
+                               std::to_string(embedding_dim));
+    return Shape{num_embeddings, embedding_dim};
+}
+}  // namespace detail
+
+template <class T>
+template <class Rng>
+Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
+                        Rng& rng)
+    : weight_(detail::embedding_shape(num_embeddings, embedding_dim)),
+      grad_weight_(Shape{num_embeddings, embedding_dim}) {
+    if (padding_idx) {
+        const Index p = *padding_idx;
+        if (p < -num_embeddings || p >= num_embeddings)
+            throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
+                                   "must be in [-" + std::to_string(num_embeddings) + ", " +
+                                       std::to_string(num_embeddings) + ")",
+                                   std::to_string(p));
+        padding_idx_ = p < 0 ? p + num_embeddings : p;
+    }
+    for (Index i = 0; i < weight_.numel(); ++i) weight_.data()[i] = static_cast<T>(normal(rng));
+    if (padding_idx_)
+        std::fill_n(weight_.data() + *padding_idx_ * embedding_dim, embedding_dim, T(0));
+}
+
+template <class T>
+void Embedding<T>::check_indices(const char* fn, TensorView<const std::int64_t> indices) const {
+    const Index n = num_embeddings();
+    for (Index i = 0; i < indices.numel(); ++i) {
+        const std::int64_t v = indices[i];
+        if (v < 0 || v >= n)
+            throw std::out_of_range(std::string(fn) + ": indices: entry " + std::to_string(i) +
+                                    " (flat) is " + std::to_string(v) +
+                                    ", expected an index in [0, " + std::to_string(n) + ")");
+    }
+}
+
+template <class T>
+Tensor<T> Embedding<T>::forward(TensorView<const std::int64_t> indices) const {
+    check_indices("headwise::Embedding::forward", indices);
+    const Index E = embedding_dim();
+    std::vector<Index> dims = indices.shape().to_vector();
+    dims.push_back(E);
+    const Shape s(dims);
+    Tensor<T> out = Tensor<T>::uninitialized(s);  // [..., E]
+    for (Index i = 0; i < indices.numel(); ++i)
+        std::copy_n(weight_.data() + indices[i] * E, E, out.data() + i * E);
+    return out;
+}
+
+template <class T>
+void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::Embedding::backward";
+    const Index E = embedding_dim();
+    std::vector<Index> dims = indices.shape().to_vector();
+    dims.push_back(E);
+    const Shape s(dims);
+    detail::check_shape(fn, "grad_output", dy.shape(), s);
+    check_indices(fn, indices);
+    for (Index i = 0; i < indices.numel(); ++i) {
+        const Index row = static_cast<Index>(indices[i]);
+        if (padding_idx_ && row == *padding_idx_) continue;
+        T* g = grad_weight_.data() + row * E;  // [E]
+        const T* d = dy.data() + i * E;        // [E]
+        for (Index e = 0; e < E; ++e) g[e] += d[e];
+    }
+}
+
+}  // namespace headwise

@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: MIT
+// TransformerEncoderLayer<T>: torch.nn.TransformerEncoderLayer(batch_first=True), forward and
+// backward, under torch's parameter names.
+#pragma once
+
+#include <cstdint>    // std::uint64_t
+#include <memory>     // std::shared_ptr, std::make_shared
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string, std::to_string
+#include <utility>    // std::move
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../ops/activation.hpp"
+#include "../ops/dropout.hpp"
+#include "../random.hpp"
+#include "../tensor.hpp"
+#include "attention_options.hpp"
+#include "dropout.hpp"
+#include "layer_norm.hpp"
+#include "linear.hpp"
+#include "module.hpp"
+#include "multihead_attention.hpp"
+
+namespace headwise {
+
+/// The feed-forward activation of an encoder layer: torch's activation="relu" or "gelu" (the
+/// exact erf form).
+enum class Activation { relu, gelu };
+
+inline const char* to_string(Activation a) noexcept {
+    return a == Activation::relu ? "relu" : "gelu";
+}
+
+/// The constructor arguments of torch.nn.TransformerEncoderLayer (batch_first is always true
+/// here), plus how the attention computes its projections.
+struct TransformerEncoderLayerOptions {
+    Index d_model = 0;             // E
+    Index nhead = 1;               // H; must divide d_model
+    Index dim_feedforward = 2048;  // F, the hidden width of the feed-forward block
+    double dropout = 0.1;          // attention weights, dropout1, the FFN hidden, dropout2
+    Activation activation = Activation::relu;
+    double layer_norm_eps = 1e-5;
+    bool norm_first = false;  // pre-norm (true) or post-norm (false, the paper's)
+    Projection projection = Projection::fused;
+};
+
+namespace detail {
+template <class T>
+struct EncoderSaved;
+}  // namespace detail
+
+/// What TransformerEncoderLayer::forward returns; keep it until backward (in training mode it
+/// holds the intermediates backward needs; in eval mode only the output).
+template <class T>
+struct TransformerEncoderLayerForward {
+    Tensor<T> output;  // the input's shape, [B, L, E] or [L, E]
+    std::shared_ptr<const detail::EncoderSaved<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
+/// One transformer encoder block (Vaswani et al. 2017, Section 3.1) exactly as
+/// torch.nn.TransformerEncoderLayer(batch_first=True) computes it, with
+///   sa(x) = dropout1(self_attn(x, x, x, masks)),
+///   ff(x) = dropout2(linear2(dropout(activation(linear1(x))))):
+///   norm_first = false:  x = norm1(x + sa(x));  out = norm2(x + ff(x))
+///   norm_first = true:   x = x + sa(norm1(x));  out = x + ff(norm2(x))
+/// The self-attention's own dropout (on the attention weights) has the same p. Parameters under
+/// torch's names: self_attn.in_proj_weight, self_attn.in_proj_bias, self_attn.out_proj.weight,
+/// self_attn.out_proj.bias, linear1.weight, linear1.bias, linear2.weight, linear2.bias,
+/// norm1.weight, norm1.bias, norm2.weight, norm2.bias — a torch state_dict() loads as it is.
+/// Dropout masks come from the constructor's seed (no global generator), and backward
+/// regenerates them; one layer may run several forwards before their backwards.
+template <class T>
+class TransformerEncoderLayer : public Module<TransformerEncoderLayer<T>, T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    static constexpr const char* kName = "headwise::TransformerEncoderLayer";
+    using Options = TransformerEncoderLayerOptions;
+
+    /// Validates the options (positive sizes, nhead dividing d_model, dropout in [0, 1),
+    /// non-negative eps) and initialises the parameters as torch does (attention as
+    /// MultiheadAttention, the linears as nn.Linear, the norms to ones and zeros), from `seed`.
+    explicit TransformerEncoderLayer(const Options& options, std::uint64_t seed = 0);
+
+    /// x [B, L, d_model] (or [L, d_model]); masks as for MultiheadAttention::forward.
+    TransformerEncoderLayerForward<T> forward(TensorView<const T> x,
+                                              const AttentionMasks<T>& masks = {});
+    /// Gradient of sum(output ⊙ dy) with respect to x for the call that produced `fwd`; the
+    /// parameter gradients accumulate (until zero_grad()). Throws std::invalid_argument for a
+    /// result of an eval-mode forward, shape_error for dy of another shape than the output.
+    Tensor<T> backward(const TransformerEncoderLayerForward<T>& fwd, TensorView<const T> dy);
+
+    /// Changes the attention's projection computation; parameters stay as they are.
+    TransformerEncoderLayer& with_projection(Projection projection) noexcept {
+        options_.projection = projection;
+        self_attn_.with_projection(projection);
+        return *this;
+    }
+    const Options& options() const noexcept { return options_; }
+
+    MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
+    const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
+    Linear<T>& linear1() noexcept { return linear1_; }
+    Linear<T>& linear2() noexcept { return linear2_; }
+    LayerNorm<T>& norm1() noexcept { return norm1_; }
+    LayerNorm<T>& norm2() noexcept { return norm2_; }
+
+    template <class Self, class Visit>
+    static void visit_parameters(Self& self, Visit&& visit);
+    template <class Self, class Visit>
+    static void visit_children(Self& self, Visit&& visit) {
+        visit(self.self_attn_);
+        visit(self.norm1_);
+        visit(self.norm2_);
+        visit(self.dropout_);
+        visit(self.dropout1_);
+        visit(self.dropout2_);
+    }
+
+private:
+    static const Options& checked(const Options& o);
+    static MultiheadAttentionOptions attention_options(const Options& o);
+    Tensor<T> activate(const Tensor<T>& x) const;
+    Tensor<T> activate_backward(const Tensor<T>& x, const Tensor<T>& dy) const;
+
+    Options options_;
+    Generator rng_;  // draws the linears' initial weights
+    MultiheadAttention<T> self_attn_;
+    Linear<T> linear1_, linear2_;
+    LayerNorm<T> norm1_, norm2_;
+    Dropout<T> dropout_, dropout1_, dropout2_;
+};
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+
+/// What forward keeps for backward (training mode).
+template <class T>
+struct EncoderSaved {
+    Tensor<T> x;                           // the input
+    AttentionForward<T> attn;              // self-attention (its own saved state)
+    DropoutForward<T> drop1, drop2, drop;  // dropout1, dropout2 (streams), FFN dropout (its output
+                                           // is linear2's input)
+    Tensor<T> norm1_in;                    // post-norm: x + sa(x); pre-norm: x
+    Tensor<T> norm2_in;                    // post-norm: y1 + ff(y1); pre-norm: h = x + sa(norm1(x))
+    Tensor<T> ff_in;                       // linear1's input: norm1's output (post), norm2's (pre)
+    Tensor<T> hidden;                      // linear1's output, the activation's input
+};
+
+/// Visits the parameters of a module with accessor views (Linear, MultiheadAttention) under a
+/// prefix, with the constness of `Self`.
+template <class T, class Visit>
+void visit_linear(Linear<T>& m, const std::string& prefix, Visit& visit) {
+    visit(prefix + "weight", m.weight(), m.grad_weight());
+    if (m.has_bias()) visit(prefix + "bias", m.bias(), m.grad_bias());
+}
+template <class T, class Visit>
+void visit_linear(const Linear<T>& m, const std::string& prefix, Visit& visit) {
+    visit(prefix + "weight", m.weight(), m.grad_weight());
+    if (m.has_bias()) visit(prefix + "bias", m.bias(), m.grad_bias());
+}
+template <class T, class Visit>
+void visit_attention(MultiheadAttention<T>& m, const std::string& prefix, Visit& visit) {
+    for (const Parameter<T>& p : m.parameters()) visit(prefix + p.name, p.value, p.grad);
+}
+template <class T, class Visit>
+void visit_attention(const MultiheadAttention<T>& m, const std::string& prefix, Visit& visit) {
+    // parameters() is non-const; its views are only read here.
+    for (const Parameter<T>& p : const_cast<MultiheadAttention<T>&>(m).parameters())
+        visit(prefix + p.name, TensorView<const T>(p.value), TensorView<const T>(p.grad));
+}
+
+inline std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcept {
+    return ops::Dropout::stream_seed(seed, child);
+}
+
+}  // namespace detail
+
+template <class T>
+template <class Self, class Visit>
+void TransformerEncoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
+    detail::visit_attention(self.self_attn_, "self_attn.", visit);
+    detail::visit_linear(self.linear1_, "linear1.", visit);
+    detail::visit_linear(self.linear2_, "linear2.", visit);
+    TransformerEncoderLayer::visit_child(self.norm1_, "norm1.", visit);
+    TransformerEncoderLayer::visit_child(self.norm2_, "norm2.", visit);
+}
+
+template <class T>
+const TransformerEncoderLayerOptions& TransformerEncoderLayer<T>::checked(const Options& o) {
+    constexpr const char* fn = "headwise::TransformerEncoderLayer::TransformerEncoderLayer";
+    if (o.d_model <= 0)
+        throw_invalid_argument(fn, "options.d_model", "must be positive",
+                               std::to_string(o.d_model));
+    if (o.nhead <= 0 || o.d_model % o.nhead != 0)
+        throw_invalid_argument(fn, "options.nhead",
+                               "must be positive and divide d_model = " + std::to_string(o.d_model),
+                               std::to_string(o.nhead));
+    if (o.dim_feedforward <= 0)
+        throw_invalid_argument(fn, "options.dim_feedforward", "must be positive",
+                               std::to_string(o.dim_feedforward));
+    if (!(o.dropout >= 0.0 && o.dropout < 1.0))
+        throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
+                               std::to_string(o.dropout));
+    if (!(o.layer_norm_eps >= 0.0))
+        throw_invalid_argument(fn, "options.layer_norm_eps", "must be non-negative",
+                               std::to_string(o.layer_norm_eps));
+    return o;
+}
+
+template <class T>
+MultiheadAttentionOptions TransformerEncoderLayer<T>::attention_options(const Options& o) {
+    MultiheadAttentionOptions a;
+    a.embed_dim = o.d_model;
+    a.num_heads = o.nhead;
+    a.dropout = o.dropout;
+    a.projection = o.projection;
+    return a;
+}
+
+template <class T>
+TransformerEncoderLayer<T>::TransformerEncoderLayer(const Options& options, std::uint64_t seed)
+    : options_(checked(options)),
+      rng_(detail::child_seed(seed, 0)),
+      self_attn_(attention_options(options), detail::child_seed(seed, 1)),
+      linear1_(options.d_model, options.dim_feedforward, true, rng_),
+      linear2_(options.dim_feedforward, options.d_model, true, rng_),
+      norm1_(options.d_model, options.layer_norm_eps),
+      norm2_(options.d_model, options.layer_norm_eps),
+      dropout_(options.dropout, detail::child_seed(seed, 2)),
+      dropout1_(options.dropout, detail::child_seed(seed, 3)),
+      dropout2_(options.dropout, detail::child_seed(seed, 4)) {}
+
+template <class T>
+Tensor<T> TransformerEncoderLayer<T>::activate(const Tensor<T>& x) const {
+    Tensor<T> y = Tensor<T>::uninitialized(x.shape());  // [..., F]
+    if (options_.activation == Activation::relu)
+        ops::relu_forward(x.data(), x.numel(), y.data());
+    else
+        ops::gelu_forward(x.data(), x.numel(), ops::GeluApproximation::none, y.data());
+    return y;
+}
+
+template <class T>
+Tensor<T> TransformerEncoderLayer<T>::activate_backward(const Tensor<T>& x,
+                                                        const Tensor<T>& dy) const {
+    Tensor<T> dx(x.shape());  // [..., F], zero: the kernels accumulate
+    if (options_.activation == Activation::relu)
+        ops::relu_backward(x.data(), dy.data(), x.numel(), dx.data());
+    else
+        ops::gelu_backward(x.data(), dy.data(), x.numel(), ops::GeluApproximation::none, dx.data());
+    return dx;
+}
+
+template <class T>
+TransformerEncoderLayerForward<T> TransformerEncoderLayer<T>::forward(
+    TensorView<const T> x, const AttentionMasks<T>& masks) {
+    constexpr const char* fn = "headwise::TransformerEncoderLayer::forward";
+    if ((x.rank() != 2 && x.rank() != 3) || x.shape().back() != options_.d_model)
+        throw shape_error(fn, "x",
+                          "[B, L, " + std::to_string(options_.d_model) + "] or [L, " +
+                              std::to_string(options_.d_model) + "]",
+                          x.shape());
+    auto s = std::make_shared<detail::EncoderSaved<T>>();
+    const bool keep = this->is_training();
+    auto add = [](TensorView<const T> a, TensorView<const T> b) {
+        Tensor<T> c = Tensor<T>::uninitialized(a.shape());  // [..., E]
+        c.matrix() = a.matrix() + b.matrix();
+        return c;
+    };
+    // Self-attention block: sa(z) = dropout1(self_attn(z, z, z)).
+    auto self_attention = [&](TensorView<const T> z) {
+        s->attn = self_attn_.forward(z, z, z, masks);
+        s->drop1 = dropout1_.forward(s->attn.output);
+        return s->drop1.output.view();  // [..., E]
+    };
+    // Feed-forward block: ff(z) = dropout2(linear2(dropout(activation(linear1(z))))).
+    auto feed_forward = [&](TensorView<const T> z) {
+        s->hidden = linear1_.forward(z);  // [..., F]
+        s->drop = dropout_.forward(activate(s->hidden));
+        s->drop2 = dropout2_.forward(linear2_.forward(s->drop.output));
+        return s->drop2.output.view();  // [..., E]
+    };
+
+    TransformerEncoderLayerForward<T> f;
+    if (!options_.norm_first) {
+        s->norm1_in = add(x, self_attention(x));              // x + sa(x)
+        s->ff_in = norm1_.forward(s->norm1_in);               // y1 = norm1(x + sa(x))
+        s->norm2_in = add(s->ff_in, feed_forward(s->ff_in));  // y1 + ff(y1)
+        f.output = norm2_.forward(s->norm2_in);
+    } else {
+        s->norm1_in = Tensor<T>(x.shape());
+        s->norm1_in.matrix() = x.matrix();
+        const Tensor<T> n1 = norm1_.forward(x);               // norm1(x)
+        s->norm2_in = add(x, self_attention(n1));             // h = x + sa(norm1(x))
+        s->ff_in = norm2_.forward(s->norm2_in);               // norm2(h)
+        f.output = add(s->norm2_in, feed_forward(s->ff_in));  // h + ff(norm2(h))
+    }
+    if (keep) f.saved = std::move(s);
+    return f;
+}
+
+template <class T>
+Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForward<T>& fwd,
+                                               TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::TransformerEncoderLayer::backward";
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward");
+    detail::check_shape(fn, "grad_output", dy.shape(), fwd.output.shape());
+    const detail::EncoderSaved<T>& s = *fwd.saved;
+
+    // ff(z) backward: dz = d ff / dz applied to d_ff, parameters' gradients accumulated.
+    auto feed_forward_backward = [&](TensorView<const T> d_ff, TensorView<T> dz) {
+        const Tensor<T> d_lin2 = dropout2_.backward(s.drop2, d_ff);         // [..., E]
+        const Tensor<T> d_drop = linear2_.backward(s.drop.output, d_lin2);  // [..., F]
+        const Tensor<T> d_act = dropout_.backward(s.drop, d_drop);          // [..., F]
+        const Tensor<T> d_hidden = activate_backward(s.hidden, d_act);      // [..., F]
+        linear1_.backward_into(s.ff_in, d_hidden, dz);                      // dz += ...
+    };
+    // sa(z) backward: the query, key and value gradients of z summed.
+    auto self_attention_backward = [&](TensorView<const T> d_sa) {
+        const Tensor<T> d_attn = dropout1_.backward(s.drop1, d_sa);  // [..., E]
+        AttentionGradients<T> g = self_attn_.backward(s.attn, d_attn);
+        g.query.matrix() += g.key.matrix() + g.value.matrix();
+        return std::move(g.query);  // [..., E]
+    };
+
+    if (!options_.norm_first) {
+        // out = norm2(y1 + ff(y1)), y1 = norm1(x + sa(x)).
+        const Tensor<T> d_norm2_in = norm2_.backward(s.norm2_in, dy);  // [..., E]
+        Tensor<T> d_y1 = d_norm2_in;                                   // residual path
+        feed_forward_backward(d_norm2_in, d_y1);
+        const Tensor<T> d_norm1_in = norm1_.backward(s.norm1_in, d_y1);  // [..., E]
+        Tensor<T> dx = self_attention_backward(d_norm1_in);
+        dx.matrix() += d_norm1_in.matrix();  // residual path
+        return dx;
+    }
+    // out = h + ff(norm2(h)), h = x + sa(norm1(x)).
+    Tensor<T> d_norm2_out(dy.shape());  // [..., E]
+    feed_forward_backward(dy, d_norm2_out);
+    Tensor<T> d_h(dy.shape());  // [..., E]
+    d_h.matrix() = dy.matrix();
+    norm2_.backward_into(s.norm2_in, d_norm2_out, d_h);
+    const Tensor<T> d_norm1_out = self_attention_backward(d_h);  // [..., E]
+    Tensor<T> dx = d_h;                                          // residual path
+    norm1_.backward_into(s.norm1_in, d_norm1_out, dx);
+    return dx;
+}
+
+}  // namespace headwise

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// Elementwise activations ReLU and GELU (exact erf form or tanh approximation), forward and
+// backward.
+#pragma once
+
+#include <cmath>  // std::erf, std::exp, std::tanh, std::sqrt
+
+#include "../config.hpp"
+
+namespace headwise::detail {
+inline constexpr double kSqrtHalf = 0.70710678118654752440;       // 1 / √2
+inline constexpr double kInvSqrtTwoPi = 0.39894228040143267794;   // 1 / √(2π)
+inline constexpr double kSqrtTwoOverPi = 0.79788456080286535588;  // √(2/π)
+inline constexpr double kGeluTanhCubic = 0.044715;
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
+/// How GELU is computed, as torch.nn.GELU(approximate=...): "none" or "tanh".
+enum class GeluApproximation { none, tanh };
+
+/// y[i] = max(x[i], 0) over n elements; y may alias x.
+template <class T>
+void relu_forward(const T* x, Index n, T* y) {
+    for (Index i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+
+/// dx[i] += dy[i] where x[i] > 0 (torch's subgradient 0 at x = 0).
+template <class T>
+void relu_backward(const T* x, const T* dy, Index n, T* dx) {
+    for (Index i = 0; i < n; ++i)
+        if (x[i] > T(0)) dx[i] += dy[i];
+}
+
+/// GELU(x) = x Φ(x) (Hendrycks and Gimpel 2016) with Φ the standard normal CDF,
+/// Φ(x) = (1 + erf(x / √2)) / 2; or its tanh approximation
+/// 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). Evaluated in double. y may alias x.
+template <class T>
+void gelu_forward(const T* x, Index n, GeluApproximation approximate, T* y);
+
+/// dx[i] += dy[i] GELU'(x[i]): Φ(x) + x φ(x) for the exact form (φ the normal density), the
+/// derivative of the tanh formula for the approximation.
+template <class T>
+void gelu_backward(const T* x, const T* dy, Index n, GeluApproximation approximate, T* dx);
+
+// ---- definitions ----------------------------------------------------------------------------
+
+template <class T>
+void gelu_forward(const T* x, Index n, GeluApproximation approximate, T* y) {
+    if (approximate == GeluApproximation::none) {
+        for (Index i = 0; i < n; ++i) {
+            const double v = static_cast<double>(x[i]);
+            y[i] = static_cast<T>(0.5 * v * (1.0 + std::erf(v * headwise::detail::kSqrtHalf)));
+        }
+    } else {
+        for (Index i = 0; i < n; ++i) {
+            const double v = static_cast<double>(x[i]);
+            const double inner = headwise::detail::kSqrtTwoOverPi *
+                                 (v + headwise::detail::kGeluTanhCubic * v * v * v);
+            y[i] = static_cast<T>(0.5 * v * (1.0 + std::tanh(inner)));
+        }
+    }
+}
+
+template <class T>
+void gelu_backward(const T* x, const T* dy, Index n, GeluApproximation approximate, T* dx) {
+    if (approximate == GeluApproximation::none) {
+        for (Index i = 0; i < n; ++i) {
+            const double v = static_cast<double>(x[i]);
+            const double cdf = 0.5 * (1.0 + std::erf(v * headwise::detail::kSqrtHalf));
+            const double pdf = headwise::detail::kInvSqrtTwoPi * std::exp(-0.5 * v * v);
+            dx[i] += static_cast<T>(static_cast<double>(dy[i]) * (cdf + v * pdf));
+        }
+    } else {
+        for (Index i = 0; i < n; ++i) {
+            const double v = static_cast<double>(x[i]);
+            const double inner = headwise::detail::kSqrtTwoOverPi *
+                                 (v + headwise::detail::kGeluTanhCubic * v * v * v);
+            const double t = std::tanh(inner);
+            const double dinner = headwise::detail::kSqrtTwoOverPi *
+                                  (1.0 + 3.0 * headwise::detail::kGeluTanhCubic * v * v);
+            const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dinner;
+            dx[i] += static_cast<T>(static_cast<double>(dy[i]) * d);
+        }
+    }
+}
+
+}  // namespace headwise::ops

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+// Adam<T> and AdamW<T>: torch.optim.Adam / AdamW (bias correction, eps, weight decay, AMSGrad).
+#pragma once
+
+#include <algorithm>  // std::max, std::fill_n
+#include <cmath>      // std::pow, std::sqrt, std::isfinite
+#include <cstddef>    // std::size_t
+#include <string>     // std::to_string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../layers/module.hpp"
+#include "../tensor.hpp"
+#include "sgd.hpp"
+
+namespace headwise {
+
+/// The arguments of torch.optim.Adam and AdamW (betas as beta1, beta2). AdamW's default
+/// weight_decay is 1e-2 (AdamW sets it in its constructor when left negative).
+struct AdamOptions {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = -1.0;  // < 0: the optimiser's default (Adam 0, AdamW 1e-2)
+    bool amsgrad = false;
+};
+
+/// Per-parameter state, as torch's optimizer.state[p].
+template <class T>
+struct AdamState {
+    Index step = 0;
+    Tensor<T> exp_avg;         // m, the parameter's shape
+    Tensor<T> exp_avg_sq;      // v
+    Tensor<T> max_exp_avg_sq;  // max over steps of v (AMSGrad only; else empty)
+};
+
+namespace detail {
+
+/// Adam (Kingma and Ba 2015, Algorithm 1) as torch.optim's single-tensor implementation (1.13),
+/// step t of parameter p with gradient g:
+///   p = p (1 - lr wd)                                   (decoupled: AdamW, Loshchilov and Hutter)
+///   g = g + wd p                                        (coupled: Adam)
+///   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g²
+///   v̂ = max(v̂, v) (AMSGrad) or v
+///   p = p - lr / (1 - beta1^t) m / (sqrt(v̂) / sqrt(1 - beta2^t) + eps)
+template <class T>
+class AdamBase {
+public:
+    void step();
+    void zero_grad() {
+        for (Parameter<T>& p : params_) std::fill_n(p.grad.data(), p.grad.numel(), T(0));
+    }
+    const AdamOptions& options() const noexcept { return options_; }
+    /// Changes the learning rate (for a schedule); throws for a negative or non-finite value.
+    void set_lr(double lr) {
+        check_hyper(decoupled_ ? "headwise::AdamW::set_lr" : "headwise::Adam::set_lr", "lr", lr);
+        options_.lr = lr;
+    }
+    const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
+    const AdamState<T>& state(std::size_t i) const { return state_.at(i); }
+
+protected:
+    AdamBase(const char* fn, std::vector<Parameter<T>> parameters, AdamOptions options,
+             bool decoupled);
+
+private:
+    std::vector<Parameter<T>> params_;
+    AdamOptions options_;
+    bool decoupled_;
+    std::vector<AdamState<T>> state_;
+};
+
+}  // namespace detail
+
+/// torch.optim.Adam: weight decay added to the gradient (an L2 penalty).
+template <class T>
+class Adam : public detail::AdamBase<T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    /// Throws std::invalid_argument for a negative or non-finite lr, eps or weight_decay, or a
+    /// beta outside [0, 1).
+    Adam(std::vector<Parameter<T>> parameters, const AdamOptions& options = {})
+        : detail::AdamBase<T>("headwise::Adam::Adam", std::move(parameters), options, false) {}
+};
+
+/// torch.optim.AdamW: decoupled weight decay, p *= 1 - lr wd before the Adam step.
+template <class T>
+class AdamW : public detail::AdamBase<T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    AdamW(std::vector<Parameter<T>> parameters, const AdamOptions& options = {})
+        : detail::AdamBase<T>("headwise::AdamW::AdamW", std::move(parameters), options, true) {}
+};
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+
+template <class T>
+AdamBase<T>::AdamBase(const char* fn, std::vector<Parameter<T>> parameters, AdamOptions options,
+                      bool decoupled)
+    : params_(std::move(parameters)), options_(options), decoupled_(decoupled) {
+    if (options_.weight_decay < 0.0) options_.weight_decay = decoupled ? 1e-2 : 0.0;
+    check_hyper(fn, "options.lr", options_.lr);
+    check_hyper(fn, "options.eps", options_.eps);
+    check_hyper(fn, "options.weight_decay", options_.weight_decay);
+    if (!(options_.beta1 >= 0.0 && options_.beta1 < 1.0))
+        throw_invalid_argument(fn, "options.beta1", "must be in [0, 1)",
+                               std::to_string(options_.beta1));
+    if (!(options_.beta2 >= 0.0 && options_.beta2 < 1.0))
+        throw_invalid_argument(fn, "options.beta2", "must be in [0, 1)",
+                               std::to_string(options_.beta2));
+    state_.resize(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        const Shape& s = params_[i].value.shape();
+        state_[i].exp_avg = Tensor<T>(s);
+        state_[i].exp_avg_sq = Tensor<T>(s);
+        if (options_.amsgrad) state_[i].max_exp_avg_sq = Tensor<T>(s);
+    }
+}
+
+template <class T>
+void AdamBase<T>::step() {
+    const AdamOptions& o = options_;
+    const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2);
+    const T one_minus_beta1 = static_cast<T>(1.0 - o.beta1);
+    const T one_minus_beta2 = static_cast<T>(1.0 - o.beta2);
+    const T wd = static_cast<T>(o.weight_decay), eps = static_cast<T>(o.eps);
+    const T decay = static_cast<T>(1.0 - o.lr * o.weight_decay);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        AdamState<T>& s = state_[i];
+        const Index t = ++s.step;
+        // Scalars in double as torch forms them (Python floats), then rounded to T.
+        const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+        const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+        const T step_size = static_cast<T>(o.lr / bias_correction1);
+        const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+        T* p = params_[i].value.data();       // [numel]
+        const T* g = params_[i].grad.data();  // [numel]
+        T* m = s.exp_avg.data();              // [numel]
+        T* v = s.exp_avg_sq.data();           // [numel]
+        T* vmax = s.max_exp_avg_sq.data();    // [numel] or null
+        const Index n = params_[i].value.numel();
+        for (Index j = 0; j < n; ++j) {
+            T grad = g[j];
+            if (o.weight_decay != 0.0) {
+                if (decoupled_)
+                    p[j] = p[j] * decay;
+                else
+                    grad = grad + wd * p[j];
+            }
+            m[j] = m[j] * beta1 + one_minus_beta1 * grad;
+            v[j] = v[j] * beta2 + one_minus_beta2 * grad * grad;
+            T second = v[j];
+            if (o.amsgrad) second = vmax[j] = std::max(vmax[j], v[j]);
+            const T denom = std::sqrt(second) / bias_correction2_sqrt + eps;
+            p[j] = p[j] - step_size * (m[j] / denom);
+        }
+    }
+}
+
+}  // namespace detail
+}  // namespace headwise
