@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: MIT
+// Blocked (FlashAttention-2 style) attention for one (batch, head) slice: forward and backward
+// kernels that never hold the [L, S] probabilities, only one log-sum-exp per query row.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cmath>    // std::exp, std::log, std::isnan
+#include <cstdint>  // std::uint64_t
+#include <limits>   // std::numeric_limits
+
+#include "../config.hpp"
+#include "../tensor.hpp"
+#include "dropout.hpp"
+#include "score_mask.hpp"
+
+// The same attention as ops/attention.hpp (Vaswani et al. 2017, Eq. 1),
+//   O = dropout(softmax(scale Q K^T + bias, masked = -inf)) V,
+// computed tile by tile (Dao 2023, "FlashAttention-2", Algorithms 1 and 2): a block of Br query
+// rows meets a block of Bc keys at a time, and softmax is computed online, with a running max m
+// and a running sum l per row. Forward keeps O and LSE = m + log(l) per row; backward recomputes
+// each tile's probabilities from LSE. Memory is O((L + S) D + Br Bc) instead of O(L S), and the
+// tiles stay in the L1/L2 caches instead of streaming [L, S] matrices through memory.
+//
+// Conventions shared with ops/attention.hpp: the same ScoreMask (every mask kind, appended keys
+// never masked), the same counter-based dropout stream (so both kernels drop the same entries),
+// a row that can see no key gives zero output and zero gradients. A NaN score makes its row's
+// output NaN (never silently 0). Tiles that the mask hides completely (above a causal diagonal,
+// a block of padded keys, a block the boolean mask hides) are skipped: a causal call does about
+// half the work.
+
+namespace headwise::ops {
+
+/// Tile sizes of the blocked kernels: a block of `rows` query rows (Br) against a block of `cols`
+/// keys (Bc). The defaults keep one [Br, Bc] score tile (32 KiB in float) and the [Bc, D] key and
+/// value blocks in the L1/L2 caches for head dims up to 128.
+struct AttentionTiles {
+    Index rows = 64;   // Br
+    Index cols = 128;  // Bc
+};
+
+/// Scratch elements (of T) blocked_attention_forward needs.
+inline Index blocked_attention_forward_scratch(const AttentionTiles& tiles) {
+    return tiles.rows * tiles.cols + 2 * tiles.rows;
+}
+
+/// Scratch elements (of T) blocked_attention_backward needs for L query rows.
+inline Index blocked_attention_backward_scratch(const AttentionTiles& tiles, Index L) {
+    return 2 * tiles.rows * tiles.cols + L;
+}
+
+/// Column vector argument of a kernel (e.g. the [L] log-sum-exp), contiguous.
+template <class T>
+using VectorRef = Eigen::Ref<Eigen::Matrix<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstVectorRef = Eigen::Ref<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
+
+/// Forward of one slice, tile by tile (FlashAttention-2, Algorithm 1). Writes O and LSE:
+///   LSE[i] = log sum_j exp(S[i, j])  over the visible keys of row i    [L]
+///            (+infinity for a row that can see no key, so that backward's exp(S - LSE) is 0)
+///   O[i]   = sum_j dropout(exp(S[i, j] - LSE[i])) V[j]                  [L, Dv]
+/// `scratch` holds blocked_attention_forward_scratch(tiles) elements. Q, K, V may be strided
+/// column blocks; O must not overlap them.
+template <class T>
+void blocked_attention_forward(ConstMatrixRef<T> Q,  // [L, D]
+                               ConstMatrixRef<T> K,  // [S, D]
+                               ConstMatrixRef<T> V,  // [S, Dv]
+                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                               std::uint64_t dropout_stream, const AttentionTiles& tiles,
+                               T* scratch,
+                               VectorRef<T> LSE,  // [L] out
+                               MatrixRef<T> O);   // [L, Dv] out
+
+/// Backward of one slice, tile by tile (FlashAttention-2, Algorithm 2), given forward's O and LSE.
+/// Every gradient is *added* to dQ, dK, dV. `scratch` holds
+/// blocked_attention_backward_scratch(tiles, L) elements.
+///   Delta = rowsum(dO ⊙ O)                                  [L]
+///   per tile: P = exp(scale Q_i K_j^T + mask - LSE_i),  A = dropout(P)
+///             dV_j += A^T dO_i,  dP = dropout(dO_i V_j^T),  dS = P ⊙ (dP - Delta_i)
+///             dQ_i += scale dS K_j,  dK_j += scale dS^T Q_i
+template <class T>
+void blocked_attention_backward(ConstMatrixRef<T> Q,    // [L, D]
+                                ConstMatrixRef<T> K,    // [S, D]
+                                ConstMatrixRef<T> V,    // [S, Dv]
+                                ConstMatrixRef<T> O,    // [L, Dv] forward's output
+                                ConstVectorRef<T> LSE,  // [L] forward's log-sum-exp
+                                const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                                std::uint64_t dropout_stream, const AttentionTiles& tiles,
+                                ConstMatrixRef<T> dO,  // [L, Dv]
+                                T* scratch,
+                                MatrixRef<T> dQ,   // [L, D]  +=
+                                MatrixRef<T> dK,   // [S, D]  +=
+                                MatrixRef<T> dV);  // [S, Dv] +=
+
+/// True when `mask` hides every score of the tile rows [i0, i0 + r) x keys [j0, j0 + c) of a
+/// slice with S keys, so that the tile contributes nothing and may be skipped.
+template <class T>
+bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c);
+
+// ------------------------------------------------------------------------------------------------
+
+namespace detail {
+
+/// max(a, b), NaN when either is NaN (std::max keeps whichever argument compares first).
+template <class T>
+T max_nan(T a, T b) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+    return a < b ? b : a;
+}
+
+/// P = exp(X - shift) on one row (P may be X), with exactly 0 wherever X - shift is below
+/// log(smallest normal T) (-inf included): Eigen's vectorised exp clamps its argument and returns
+/// a tiny positive number there, where the true value is 0 or a subnormal that cannot move a sum
+/// >= 1 (the materialised softmax does the same). A NaN shift or entry stays NaN. The fix-up loop
+/// runs only for rows that have such an entry (masked keys, a causal diagonal), found with one
+/// vectorised min before X is overwritten.
+template <class T, class RowIn, class RowOut>
+void exp_shifted_row(const RowIn& X, T shift, RowOut&& P) {
+    const T kMinExponent = std::log(std::numeric_limits<T>::min());  // -87.3 float, -708.4 double
+    const bool flush = X.minCoeff() - shift < kMinExponent;
+    P = (X.array() - shift).exp().matrix();
+    if (flush)
+        for (Index j = 0; j < P.size(); ++j)
+            if (P(j) < std::numeric_limits<T>::min()) P(j) = T(0);
+}
+
+}  // namespace detail
+
+template <class T>
+bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c) {
+    if (j0 + c > mask.covered(S)) return false;  // appended keys (bias_k, zero attention) show
+    // Causal: causal_end is non-decreasing in the row, so the tile is hidden when its first key
+    // is at or past the last row's end.
+    if (mask.causal && j0 >= mask.causal_end(i0 + r - 1, S)) return true;
+    if (mask.key_padding) {
+        bool all = true;
+        for (Index j = j0; j < j0 + c && all; ++j) all = mask.key_padding[j];
+        if (all) return true;
+    }
+    if (mask.mask) {
+        bool all = true;
+        for (Index i = i0; i < i0 + r && all; ++i) {
+            const bool* m = mask.mask + i * mask.mask_ld;
+            for (Index j = j0; j < j0 + c && all; ++j) all = m[j];
+        }
+        if (all) return true;
+    }
+    return false;
+}
+
+template <class T>
+void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                               std::uint64_t dropout_stream, const AttentionTiles& tiles,
+                               T* scratch, VectorRef<T> LSE, MatrixRef<T> O) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
+    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
+    HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    T* const tile = scratch;              // [Br, Bc] scores, then probabilities
+    T* const m = scratch + Br * Bc;       // [Br] running row max
+    T* const l = scratch + Br * Bc + Br;  // [Br] running row sum of exp(S - m)
+
+    // Algorithm 1, line 3: for each block Q_i of Br query rows ...
+    for (Index i0 = 0; i0 < L; i0 += Br) {
+        const Index r = L - i0 < Br ? L - i0 : Br;
+        auto Oi = O.middleRows(i0, r);  // [r, Dv], the accumulator O~_i
+        // line 5: O_i = 0, l_i = 0, m_i = -inf.
+        Oi.setZero();
+        for (Index k = 0; k < r; ++k) {
+            m[k] = -kInf;
+            l[k] = T(0);
+        }
+        // line 6: ... and each block K_j, V_j of Bc keys.
+        for (Index j0 = 0; j0 < S; j0 += Bc) {
+            const Index c = S - j0 < Bc ? S - j0 : Bc;
+            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            MatrixMap<T> Sij(tile, r, c);  // [r, c]
+            // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
+            Sij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
+            apply_score_mask(mask, MatrixRef<T>(Sij), i0, j0);
+            // line 9: m_new = max(m_old, rowmax(S_ij)),  P~_ij = exp(S_ij - m_new),
+            //         l_new = exp(m_old - m_new) l_old + rowsum(P~_ij).
+            // line 10: O~_i = diag(exp(m_old - m_new)) O~_i + P~_ij V_j (the product below).
+            // Subtracting the running max keeps every exp <= 1 (no overflow), as in the
+            // materialised softmax; rescaling by exp(m_old - m_new) moves earlier tiles onto the
+            // new max, so the result equals one softmax over the whole row.
+            for (Index k = 0; k < r; ++k) {
+                const T m_new =
+                    detail::max_nan(m[k], Sij.row(k).template maxCoeff<Eigen::PropagateNaN>());
+                if (m_new == -kInf) {  // nothing visible in this row yet
+                    Sij.row(k).setZero();
+                    continue;
+                }
+                detail::exp_shifted_row(Sij.row(k), m_new, Sij.row(k));
+                const T alpha = std::exp(m[k] - m_new);  // 0 when m_old = -inf
+                l[k] = alpha * l[k] + Sij.row(k).sum();
+                if (alpha != T(1)) Oi.row(k) *= alpha;
+                m[k] = m_new;
+            }
+            // Dropout on the unnormalised probabilities: dropout(P~) / l = dropout(P~ / l), the
+            // same mask as the materialised path (entry (i0 + k, j0 + j) of the stream).
+            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Sij, Sij);
+            Oi.noalias() += Sij * V.middleRows(j0, c);
+        }
+        // line 12: O_i = diag(l_i)^-1 O~_i;  line 13: L_i = m_i + log(l_i).
+        // A row with no visible key (m = -inf) has O = 0 and LSE = +inf, so that backward's
+        // exp(S - LSE) is 0 for it whatever S holds. A NaN score left m (and so O) NaN.
+        for (Index k = 0; k < r; ++k) {
+            if (m[k] == -kInf) {
+                Oi.row(k).setZero();
+                LSE[i0 + k] = kInf;
+                continue;
+            }
+            Oi.row(k) *= T(1) / l[k];
+            LSE[i0 + k] = m[k] + std::log(l[k]);
+        }
+    }
+}
+
+template <class T>
+void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                                ConstMatrixRef<T> O, ConstVectorRef<T> LSE,
+                                const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                                std::uint64_t dropout_stream, const AttentionTiles& tiles,
+                                ConstMatrixRef<T> dO, T* scratch, MatrixRef<T> dQ, MatrixRef<T> dK,
+                                MatrixRef<T> dV) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
+    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
+    HEADWISE_ASSERT(dO.rows() == O.rows() && dO.cols() == O.cols());
+    HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    T* const tile_p = scratch;               // [Br, Bc] P_ij
+    T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
+    T* const delta = scratch + 2 * Br * Bc;  // [L]
+
+    // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
+    // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
+    // P_ij, dropout included).
+    MatrixMap<T>(delta, L, 1) = (dO.array() * O.array()).rowwise().sum().matrix();
+
+    // line 5: for each block K_j, V_j of Bc keys (dK_j, dV_j accumulate across the inner loop) ...
+    for (Index j0 = 0; j0 < S; j0 += Bc) {
+        const Index c = S - j0 < Bc ? S - j0 : Bc;
+        auto Kj = K.middleRows(j0, c);    // [c, D]
+        auto Vj = V.middleRows(j0, c);    // [c, Dv]
+        auto dKj = dK.middleRows(j0, c);  // [c, D]
+        auto dVj = dV.middleRows(j0, c);  // [c, Dv]
+        // line 7: ... and each block Q_i of Br query rows.
+        for (Index i0 = 0; i0 < L; i0 += Br) {
+            const Index r = L - i0 < Br ? L - i0 : Br;
+            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            auto Qi = Q.middleRows(i0, r);    // [r, D]
+            auto dOi = dO.middleRows(i0, r);  // [r, Dv]
+            MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
+            MatrixMap<T> Dij(tile_d, r, c);   // [r, c]
+            // line 9: S_ij = scale Q_i K_j^T (+ bias, masks), as in forward.
+            Pij.noalias() = scale * (Qi * Kj.transpose());
+            apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
+            // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
+            // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
+            for (Index k = 0; k < r; ++k) {
+                const T lse = LSE[i0 + k];
+                if (lse == kInf) {
+                    Pij.row(k).setZero();
+                } else {
+                    detail::exp_shifted_row(Pij.row(k), lse, Pij.row(k));
+                }
+            }
+            // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
+            if (dropout.active()) {
+                dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);
+                dVj.noalias() += Dij.transpose() * dOi;
+            } else {
+                dVj.noalias() += Pij.transpose() * dOi;
+            }
+            // line 12: dA_ij = dO_i V_j^T, then dP_ij = dropout(dA_ij) with the same mask.
+            Dij.noalias() = dOi * Vj.transpose();
+            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
+            // line 13: dS_ij = P_ij ⊙ (dP_ij - Delta_i). Hidden entries have P = 0: no gradient.
+            for (Index k = 0; k < r; ++k)
+                Dij.row(k) = (Pij.row(k).array() * (Dij.row(k).array() - delta[i0 + k])).matrix();
+            // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
+            dQ.middleRows(i0, r).noalias() += scale * (Dij * Kj);
+            dKj.noalias() += scale * (Dij.transpose() * Qi);
+        }
+    }
+}
+
+}  // namespace headwise::ops
