@@ -363,3 +363,25 @@ TEST_CASE("after the first step, a decode step allocates nothing", "[kv_cache][a
             CHECK(g_allocations.load() - before == 1);
         }
 }
+
+TEST_CASE("truncate forgets the last tokens, and decoding resumes from there", "[kv_cache]") {
+    const Index B = 2, N = 6, E = 8;
+    std::mt19937_64 rng(12);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    DecodeConfig c;
+    c.H = 2, c.Hkv = 1;
+    MultiheadAttention<double> m = make_module<double>(c, E, Projection::fused);
+    const Tensor<double> expected = causal_forward(m, x);
+    KVCache<double> cache = m.make_kv_cache(B, N);
+    (void)m.decode(tokens(x, 0, 4), cache);
+    (void)m.decode(Tensor<double>::randn(Shape{B, 2, E}, rng), cache);  // two tokens to take back
+    CHECK_THROWS_WITH(cache.truncate(7),
+                      "headwise::KVCache::truncate: n: must be in [0, size() = 6], got 7");
+    cache.truncate(4);
+    CHECK(cache.size() == 4);
+    Tensor<double> out(x.shape());
+    KVCache<double> fresh = m.make_kv_cache(B, N);  // the first 4 outputs, from scratch
+    put_tokens(out, m.decode(tokens(x, 0, 4), fresh), 0);
+    put_tokens(out, m.decode(tokens(x, 4, 2), cache), 4);
+    HEADWISE_CHECK_CLOSE(out, expected, 1e-12);
+}
