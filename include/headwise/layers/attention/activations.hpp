@@ -218,6 +218,8 @@ struct AttentionSaved {
         : activations(std::move(a)), home(std::move(h)) {}
     AttentionSaved(const AttentionSaved&) = delete;
     AttentionSaved& operator=(const AttentionSaved&) = delete;
+    /// The call these activations belong to (its options, plan and dropout stream).
+    const AttentionCall<T>& call() const noexcept { return activations->call; }
     ~AttentionSaved() {
         if (const auto spare = home.lock()) {
             std::lock_guard<std::mutex> lock(spare->mutex);
