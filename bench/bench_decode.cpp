@@ -14,9 +14,10 @@
 // and prints the tables. Timing is by CPU time, single-threaded (see bench_mha.cpp); ratios are
 // meaningful within one run only:
 //
-//   build/release/bench/bench_decode --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \
+//   build/release/bench/bench_decode --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true
 //       --benchmark_out=build/release/bench_decode.json --benchmark_out_format=json
+//   (one command line)
 //   /usr/bin/python3 bench/torch_decode.py --headwise build/release/bench_decode.json
 
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized through Eigen (GCC bug 105593);
