@@ -7,6 +7,7 @@
 
 #include <algorithm>    // std::copy
 #include <cmath>        // std::sqrt, std::isfinite
+#include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::shared_ptr, std::make_shared
 #include <stdexcept>    // std::invalid_argument
@@ -53,6 +54,9 @@ struct AttentionGradients {
     Tensor<T> query;
     Tensor<T> key;
     Tensor<T> value;
+    // Self-attention with AttentionBackwardOptions::combine_self: the one tensor's gradient,
+    // query + key + value (which are then empty). Empty otherwise.
+    Tensor<T> input;
 };
 
 /// Head i's slices of the in-projection, as views into the packed parameters (no copy):
@@ -126,7 +130,8 @@ public:
 
     /// Gradients of sum(output ⊙ grad_output) for the call that produced `fwd`: returned for the
     /// arguments, added into this module's parameter gradients (until zero_grad()).
-    AttentionGradients<T> backward(const AttentionForward<T>& fwd, TensorView<const T> grad_output);
+    AttentionGradients<T> backward(const AttentionForward<T>& fwd, TensorView<const T> grad_output,
+                                   const AttentionBackwardOptions& options = {});
 
     /// Switches the projection computation; parameters and gradients stay as they are. Throws
     /// std::invalid_argument for a value that is no Projection enumerator.
@@ -414,7 +419,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     a.set_inputs({query.reshape(detail::merge_rows(query.shape())),   // [B L, E]
                   key.reshape(detail::merge_rows(key.shape())),       // [B S, kdim]
                   value.reshape(detail::merge_rows(value.shape()))},  // [B S, vdim]
-                 this->training_);
+                 this->training_ && !options_.reference_inputs);
 
     // ---- 1. in-projection: Q = Xq Wq^T + bq, K = Xk Wk^T + bk, V = Xv Wv^T + bv --------------
     for (const detail::ProjectionGemm& gm : c.plan.gemms)
@@ -484,7 +489,8 @@ Tensor<T> MultiheadAttention<T>::average_heads(TensorView<const T> per_head) con
 
 template <class T>
 AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>& fwd,
-                                                      TensorView<const T> grad_output) {
+                                                      TensorView<const T> grad_output,
+                                                      const AttentionBackwardOptions& options) {
     using detail::kKey;
     using detail::kQuery;
     using detail::kValue;
@@ -528,24 +534,44 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                 }
             }
 
-    // ---- 1. in-projection, in reverse: dW += dY^T X and db += sum dY per GEMM; dX per segment
-    Tensor<T> dx[3];  // [B N_i, in_i]
-    for (int i : {kQuery, kKey, kValue}) dx[i] = Tensor<T>(a.x(i).shape());
+    // ---- 1. in-projection, in reverse: dW += dY^T X and db += sum dY per GEMM; dX per segment,
+    // for the arguments asked for only. A self-attention gradient asked for once gathers every
+    // segment into one tensor, and segments side by side in one GEMM's output become one product
+    // (dX = dY [B L, 3E] W [3E, E] when fused) instead of three that each pass over dX.
+    const bool once = options.combine_self && c.plan.key.self;
+    const bool asked[3] = {once || options.query, once || options.key, once || options.value};
+    auto into = [&](int input) { return once ? static_cast<int>(kQuery) : input; };
+    Tensor<T> dx[3];  // [B N_i, in_i]; with `once`, dx[kQuery] gathers all three
+    for (int i : {kQuery, kKey, kValue})
+        if (asked[i] && into(i) == i) dx[i] = Tensor<T>(a.x(i).shape());
     for (const detail::ProjectionGemm& gm : c.plan.gemms) {
         const StridedMatrixMap<T> dY = d.y(gm);  // [B N, w_rows]
         ops::linear_backward_weight<T>(dY, a.x(gm.input).matrix(),
                                        MatrixMap<T>(gw_in_.data() + gm.w_offset, gm.w_rows, gm.in));
         if (options_.bias) ops::linear_backward_bias<T>(dY, gb_in_.data() + gm.b_offset);
-        for (const detail::Segment& seg : gm.segments)
-            if (seg.rows > 0)
-                ops::linear_backward_input<T>(dY.middleCols(seg.row0, seg.rows),
-                                              in_weight(gm).middleRows(seg.row0, seg.rows),
-                                              dx[seg.input].matrix());
+        for (std::size_t s = 0; s < gm.segments.size();) {
+            const detail::Segment& first = gm.segments[s];
+            Index rows = first.rows;
+            std::size_t next = s + 1;
+            while (next < gm.segments.size() && gm.segments[next].rows > 0 &&
+                   into(gm.segments[next].input) == into(first.input) &&
+                   gm.segments[next].row0 == first.row0 + rows)
+                rows += gm.segments[next++].rows;
+            if (rows > 0 && asked[first.input])
+                ops::linear_backward_input<T>(dY.middleCols(first.row0, rows),
+                                              in_weight(gm).middleRows(first.row0, rows),
+                                              dx[into(first.input)].matrix());
+            s = next;
+        }
     }
     AttentionGradients<T> grads;
-    grads.query = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
-    grads.key = std::move(dx[kKey]).reshape(c.shape_of[kKey]);
-    grads.value = std::move(dx[kValue]).reshape(c.shape_of[kValue]);
+    if (once) {
+        grads.input = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
+        return grads;
+    }
+    if (asked[kQuery]) grads.query = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
+    if (asked[kKey]) grads.key = std::move(dx[kKey]).reshape(c.shape_of[kKey]);
+    if (asked[kValue]) grads.value = std::move(dx[kValue]).reshape(c.shape_of[kValue]);
     return grads;
 }
 

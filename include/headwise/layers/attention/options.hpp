@@ -69,6 +69,11 @@ struct MultiheadAttentionOptions {
     bool add_bias_kv = false;    // learnt bias_k, bias_v appended to the keys and values
     bool add_zero_attn = false;  // a zero key and value appended after them
     double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
+    /// In training mode forward keeps views of query, key and value for backward's weight
+    /// gradients instead of copies, saving a copy of each input per call. The lifetime rule:
+    /// the tensors passed to a training forward must stay alive and unchanged until backward
+    /// has run on its result (as when the caller keeps its activations for its own backward).
+    bool reference_inputs = false;
 
     // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
     std::optional<double> scale;
@@ -94,6 +99,18 @@ struct AttentionMasks {
     // How is_causal aligns L queries with S keys: top_left (j <= i, PyTorch's is_causal) or
     // bottom_right (j <= i + S - L: a chunk of new tokens after S - L earlier ones).
     CausalAlignment causal_alignment = CausalAlignment::top_left;
+};
+
+/// What one backward call computes besides the parameter gradients, which it always adds.
+struct AttentionBackwardOptions {
+    bool query = true;  // AttentionGradients::query; false leaves it empty and skips its GEMMs
+    bool key = true;    // AttentionGradients::key, likewise
+    bool value = true;  // AttentionGradients::value, likewise
+    /// Self-attention (one tensor passed as query, key and value): its gradient once, in
+    /// AttentionGradients::input (= query + key + value), from one GEMM over the three
+    /// projections, with query, key and value left empty; takes precedence over the three
+    /// flags. A call that is not self-attention keeps the per-argument form.
+    bool combine_self = false;
 };
 
 }  // namespace headwise
