@@ -32,11 +32,13 @@
 namespace headwise::ops {
 
 /// Tile sizes of the blocked kernels: a block of `rows` query rows (Br) against a block of `cols`
-/// keys (Bc). The defaults keep one [Br, Bc] score tile (32 KiB in float) and the [Bc, D] key and
-/// value blocks in the L1/L2 caches for head dims up to 128.
+/// keys (Bc). The defaults keep backward's two [Br, Bc] tiles (128 KiB each in float) and the
+/// [Bc, D] key and value blocks in a 1 MiB L2 cache for head dims up to 128; measured on the
+/// benchmark machine (AVX-512, D = 64, L = S = 2048 and 4096), 128 x 256 was the fastest of
+/// {64, 128, 256} x {128, 256, 512}: smaller tiles pay Eigen's per-product packing more often.
 struct AttentionTiles {
-    Index rows = 64;   // Br
-    Index cols = 128;  // Bc
+    Index rows = 128;  // Br
+    Index cols = 256;  // Bc
 };
 
 /// Scratch elements (of T) blocked_attention_forward needs.
