@@ -191,6 +191,33 @@ TEMPLATE_TEST_CASE("blocked attention drops exactly the entries the materialised
     HEADWISE_CHECK_CLOSE(b.O, m.A, Tol<T>::rel);
 }
 
+TEMPLATE_TEST_CASE("blocked weights recomputed from the log-sum-exp equal the materialised ones",
+                   "[ops][blocked]", float, double) {
+    using T = TestType;
+    const auto row = GENERATE(table<int, double>({{0, 0.0},
+                                                  {kBool | kBias | kPadding | kCausal, 0.0},
+                                                  {kCausal | kAppended, 0.3},
+                                                  {kCausal | kBottomRight, 0.0}}));
+    const int masks = std::get<0>(row);
+    const ops::Dropout dropout{std::get<1>(row), 5};
+    CAPTURE(masks, dropout.p);
+    const Slice<T> x(13, 11, 4, 4, masks, 6);
+    const ops::AttentionTiles tiles{4, 3};
+    const Materialised<T> m = run_materialised(x, T(0.6), dropout);
+    Blocked<T> b = run_blocked(x, T(0.6), dropout, tiles);
+    std::vector<T> scratch(static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles)));
+    const Tensor<T>& A = dropout.active() ? m.A : m.P;  // the materialised weights after dropout
+    Tensor<T> W(Shape{x.L, x.S});
+    ops::blocked_attention_weights<T>(x.Q.matrix(), x.K.matrix(), x.sm, T(0.6), dropout, 5,
+                                      column(b.LSE), tiles, scratch.data(), T(1), W.matrix());
+    HEADWISE_CHECK_CLOSE(W, A, Tol<T>::rel);
+    // alpha scales what is added: W + 0.5 A = 1.5 A.
+    ops::blocked_attention_weights<T>(x.Q.matrix(), x.K.matrix(), x.sm, T(0.6), dropout, 5,
+                                      column(b.LSE), tiles, scratch.data(), T(0.5), W.matrix());
+    for (T& v : W) v /= T(1.5);
+    HEADWISE_CHECK_CLOSE(W, A, Tol<T>::rel);
+}
+
 TEMPLATE_TEST_CASE("a row that sees no key gets zero output and zero gradients, never NaN",
                    "[ops][blocked]", float, double) {
     using T = TestType;

@@ -94,6 +94,20 @@ void blocked_attention_backward(ConstMatrixRef<T> Q,    // [L, D]
                                 MatrixRef<T> dK,   // [S, D]  +=
                                 MatrixRef<T> dV);  // [S, Dv] +=
 
+/// The attention weights of one slice, recomputed from forward's log-sum-exp (for a caller that
+/// asks for them on the blocked path: one more Q K^T per slice, no [L, S] buffer besides W):
+///   W += alpha dropout(exp(scale Q K^T + mask - LSE))     [L, S]
+/// tile by tile; hidden tiles add nothing. `scratch` holds blocked_attention_forward_scratch(tiles)
+/// elements. With alpha = 1 and W zero it writes the slice's weights after dropout, exactly the
+/// materialised kernel's A (to rounding); summing the heads of a batch into one W averages them.
+template <class T>
+void blocked_attention_weights(ConstMatrixRef<T> Q,  // [L, D]
+                               ConstMatrixRef<T> K,  // [S, D]
+                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                               std::uint64_t dropout_stream, ConstVectorRef<T> LSE,  // [L]
+                               const AttentionTiles& tiles, T* scratch, T alpha,
+                               MatrixRef<T> W);  // [L, S] +=
+
 /// True when `mask` hides every score of the tile rows [i0, i0 + r) x keys [j0, j0 + c) of a
 /// slice with S keys, so that the tile contributes nothing and may be skipped.
 template <class T>
@@ -125,6 +139,21 @@ void exp_shifted_row(const RowIn& X, T shift, RowOut&& P) {
     if (flush)
         for (Index j = 0; j < P.size(); ++j)
             if (P(j) < std::numeric_limits<T>::min()) P(j) = T(0);
+}
+
+/// P = exp(S - LSE) row by row in place, forward's probabilities recomputed: 0 for a row that
+/// sees nothing (LSE = +inf), NaN for a row forward made NaN (LSE = NaN).
+template <class Tile, class Lse>
+void exp_rows_from_lse(Tile& P, const Lse& LSE) {
+    using T = typename Tile::Scalar;
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    for (Index k = 0; k < P.rows(); ++k) {
+        if (LSE[k] == kInf) {
+            P.row(k).setZero();
+        } else {
+            exp_shifted_row(P.row(k), T(LSE[k]), P.row(k));
+        }
+    }
 }
 
 }  // namespace detail
@@ -224,6 +253,31 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
 }
 
 template <class T>
+void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const ScoreMask<T>& mask,
+                               T scale, const Dropout& dropout, std::uint64_t dropout_stream,
+                               ConstVectorRef<T> LSE, const AttentionTiles& tiles, T* scratch,
+                               T alpha, MatrixRef<T> W) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    HEADWISE_ASSERT(Q.cols() == K.cols() && LSE.size() == Q.rows());
+    HEADWISE_ASSERT(W.rows() == Q.rows() && W.cols() == K.rows());
+    const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    for (Index i0 = 0; i0 < L; i0 += Br) {
+        const Index r = L - i0 < Br ? L - i0 : Br;
+        for (Index j0 = 0; j0 < S; j0 += Bc) {
+            const Index c = S - j0 < Bc ? S - j0 : Bc;
+            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            MatrixMap<T> Pij(scratch, r, c);  // [r, c]
+            // As backward's step: P_ij = exp(scale Q_i K_j^T + mask - L_i), then dropout.
+            Pij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
+            apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
+            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
+            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Pij, Pij);
+            W.block(i0, j0, r, c) += alpha * Pij;
+        }
+    }
+}
+
+template <class T>
 void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
                                 ConstMatrixRef<T> O, ConstVectorRef<T> LSE,
                                 const ScoreMask<T>& mask, T scale, const Dropout& dropout,
@@ -235,7 +289,6 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
     HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
     HEADWISE_ASSERT(dO.rows() == O.rows() && dO.cols() == O.cols());
     HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
-    constexpr T kInf = std::numeric_limits<T>::infinity();
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     T* const tile_p = scratch;               // [Br, Bc] P_ij
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
@@ -266,14 +319,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
             // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
             // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
-            for (Index k = 0; k < r; ++k) {
-                const T lse = LSE[i0 + k];
-                if (lse == kInf) {
-                    Pij.row(k).setZero();
-                } else {
-                    detail::exp_shifted_row(Pij.row(k), lse, Pij.row(k));
-                }
-            }
+            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
             // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
             if (dropout.active()) {
                 dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);
