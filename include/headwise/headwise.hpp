@@ -28,6 +28,7 @@
 #include "losses/reduction.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
+#include "ops/cached_attention.hpp"
 #include "ops/blocked_attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/layer_norm.hpp"

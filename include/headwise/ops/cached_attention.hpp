@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT
+// Attention of a few new queries over many cached keys and values (incremental decoding), forward
+// only, with no heap temporaries.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>  // std::min
+
+#include "../config.hpp"
+#include "../tensor.hpp"
+#include "score_mask.hpp"
+#include "softmax.hpp"
+
+namespace headwise::ops {
+
+/// Keys per product in cached_attention_forward. A [R, D] x [D, c] product packs a D x c block of
+/// the keys (and a c x Dv block of the values for P V); with c = 128 that block stays within
+/// Eigen's stack allocation limit (128 KiB) for head dims up to 128 in double and 256 in float,
+/// so no product allocates, whatever the cache length.
+inline constexpr Index kCachedKeyChunk = 128;
+
+/// The forward of attention_forward without dropout, for R query rows (R is small: one new token
+/// of the G query heads sharing a key/value head, or a short chunk of one head's new tokens)
+/// over S keys (Vaswani et al. 2017, Eq. 1):
+///   S = scale * Q K^T + bias, masked scores = -inf     [R, S]
+///   P = softmax_rows(S)                                [R, S]  (a row with no visible key is 0)
+///   O = P V                                            [R, Dv]
+/// The products run over the keys in chunks of kCachedKeyChunk (see there). `P` is scratch.
+/// The scale multiplies the scores after the product rather than an operand of it, which would
+/// make Eigen copy the operand into a temporary.
+template <class T>
+void cached_attention_forward(ConstMatrixRef<T> Q,  // [R, D]
+                              ConstMatrixRef<T> K,  // [S, D]
+                              ConstMatrixRef<T> V,  // [S, Dv]
+                              const ScoreMask<T>& mask, T scale,
+                              MatrixRef<T> P,   // [R, S] scratch: the probabilities
+                              MatrixRef<T> O);  // [R, Dv] out
+
+// ------------------------------------------------------------------------------------------------
+
+template <class T>
+void cached_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                              const ScoreMask<T>& mask, T scale, MatrixRef<T> P, MatrixRef<T> O) {
+    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
+    HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
+    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
+    const Index S = K.rows();
+    // 1. S = scale * Q K^T, chunk by chunk of keys, into P's storage.
+    for (Index j = 0; j < S; j += kCachedKeyChunk) {
+        const Index c = std::min(kCachedKeyChunk, S - j);
+        P.middleCols(j, c).noalias() = Q * K.middleRows(j, c).transpose();
+    }
+    P *= scale;
+    // 2. bias and masks; 3. P = softmax(S), row by row.
+    apply_score_mask(mask, P);
+    softmax_forward<T>(P);
+    // 4. O = P V, accumulated over the same chunks.
+    O.setZero();
+    for (Index j = 0; j < S; j += kCachedKeyChunk) {
+        const Index c = std::min(kCachedKeyChunk, S - j);
+        O.noalias() += P.middleCols(j, c) * V.middleRows(j, c);
+    }
+}
+
+}  // namespace headwise::ops
