@@ -10,6 +10,9 @@
 #   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   e.g. --benchmark_filter=fused
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #
+# Then the long-sequence set (scripts/bench_long.sh, the same --full): blocked and materialised
+# attention against torch, L up to 4096 (8192 with --full), time and peak memory.
+#
 # Writes build/release/bench.json (Google Benchmark, with build_type and threads in its context),
 # build/release/bench_torch.json and build/release/bench.png (needs python3-matplotlib).
 # Speed claims are ratios of medians within one run, so every case reports aggregates only.
@@ -23,7 +26,7 @@ while (($# > 0)); do
     case "$1" in
         --full) full=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,15p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,18p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -110,3 +113,6 @@ fi
 "${python}" bench/report.py "${json}" --torch "${torch_json}" --png "${build}/bench.png"
 echo "headwise: benchmarks done in $((SECONDS - started)) s after the build" \
     "(script total ${SECONDS} s)"
+
+# --- Long sequences: the blocked and materialised kernels against torch (own script and files) --
+bash scripts/bench_long.sh $( ((full)) && echo --full)
