@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
-# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark and
-# nlohmann/json (safetensors headers).
+# cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
+# nlohmann/json (safetensors headers), and for the fuzz preset clang++ with libFuzzer (clang-14,
+# libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
 #   source scripts/deps.sh && headwise_deps   the same, from another script
@@ -34,6 +35,9 @@ headwise_deps() {
         missing+=(libbenchmark-dev)
     _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
         missing+=(nlohmann-json3-dev)
+    # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
+    _headwise_have_command clang++ || missing+=(clang-14 clang)
+    _headwise_have_fuzzer_runtime || missing+=(libclang-rt-14-dev)
 
     if ((${#missing[@]} > 0)); then
         _headwise_install "${missing[@]}" || return 1
@@ -76,6 +80,17 @@ _headwise_have_package() {
         fi
     done
     [[ -n "${found_header}" && -n "${found_config}" ]]
+}
+
+# libFuzzer's runtime, as clang's -fsanitize=fuzzer links it.
+_headwise_have_fuzzer_runtime() {
+    local status=""
+    if _headwise_have_command dpkg-query; then
+        status="$(dpkg-query -W -f='${Status}' libclang-rt-14-dev 2>/dev/null || true)"
+    fi
+    [[ "${status}" == "install ok installed" ]] ||
+        compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a" >/dev/null ||
+        compgen -G "/usr/lib/clang/*/lib/*/libclang_rt.fuzzer*.a" >/dev/null
 }
 
 _headwise_install() {

@@ -5,7 +5,11 @@
 #             and a start-up check of each benchmark program.
 #   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), less
 #             the consumer projects (they build nothing of ours with sanitizers) and benchmarks.
-# Build trees: build/dev, build/asan. Logs: build/dev.log, build/asan.log.
+#   3. omp  : the same with HEADWISE_USE_OPENMP=ON (Debug at -O1), every test on 2 threads.
+#   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
+#             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
+# Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
+# any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,8 +44,49 @@ run_workflow() {
         "${preset}" "${passed}" $((end - start)))")
 }
 
+# run_fuzzers: fuzz each target built by the fuzz workflow for a bounded time. New inputs go to
+# build/fuzz/corpus/<name>/ (the committed seeds in fuzz/corpus/<name>/ are only read); a
+# target counts as passed when libFuzzer finds nothing in its time.
+run_fuzzers() {
+    local seconds="${HEADWISE_FUZZ_SECONDS:-60}" source target name log start end passed=0
+    start=$(date +%s)
+    mkdir -p build/fuzz/artifacts
+    for source in fuzz/fuzz_*.cpp; do
+        target="$(basename "${source}" .cpp)"
+        name="${target#fuzz_}"
+        log="build/fuzz/${target}.log"
+        mkdir -p "build/fuzz/corpus/${name}"
+        echo "headwise: fuzzing ${target} for ${seconds} s (log: ${log})"
+        if "build/fuzz/fuzz/${target}" -max_total_time="${seconds}" -timeout=10 \
+            -rss_limit_mb=2048 -print_final_stats=1 \
+            -artifact_prefix="build/fuzz/artifacts/${target}-" \
+            "build/fuzz/corpus/${name}" "fuzz/corpus/${name}" >"${log}" 2>&1; then
+            passed=$((passed + 1))
+            echo "headwise: ${target}: $(grep -E '^stat::number_of_executed_units' "${log}" |
+                sed -E 's/.*: *//') inputs, no failure"
+        else
+            total_failed=$((total_failed + 1))
+            echo "headwise: ${target} FAILED; the input is in build/fuzz/artifacts/" >&2
+            tail -n 40 "${log}" >&2
+        fi
+    done
+    end=$(date +%s)
+    total_passed=$((total_passed + passed))
+    summary+=("$(printf '  %-5s %4d targets fuzzed without failure in %4d s' \
+        fuzzing "${passed}" $((end - start)))")
+}
+
 run_workflow dev
 run_workflow asan
+run_workflow omp
+if command -v clang++ >/dev/null 2>&1; then
+    run_workflow fuzz
+    run_fuzzers
+else
+    echo "headwise: clang++ not found: skipping the fuzz workflow and fuzzing" \
+        "(scripts/deps.sh installs clang-14 and libclang-rt-14-dev)" >&2
+    summary+=("  fuzz  skipped: no clang++")
+fi
 
 echo
 echo "headwise: summary"

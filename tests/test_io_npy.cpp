@@ -361,6 +361,24 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
             Message(prefix + "data is truncated: the header's shape [100000000000] of '<f8' needs "
                              "800000000000 bytes, the file holds 24"));
     }
+    SECTION("a shape whose element count overflows") {
+        // The zero extent makes the data size 0, which the file matches; the element count of
+        // the other extents still overflows, and every later product would be undefined.
+        const std::string dict =
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4611686018427387904, "
+            "4611686018427387904), }";
+        const std::string what = "the product of the extents overflows a 64-bit element count";
+        REQUIRE_THROWS_MATCHES(load(npy_file(dict, "")), std::runtime_error,
+                               Message(malformed(path, what, dict.find(')'), dict)));
+        REQUIRE_THROWS_MATCHES(
+            headwise::read_npy_header(path), std::runtime_error,
+            Message("headwise::read_npy_header: " + path + ": malformed header: " + what +
+                    " at character " + std::to_string(dict.find(')')) + " of \"" + dict + "?\""));
+        const std::string wide =
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 2), }";
+        REQUIRE_THROWS_MATCHES(load(npy_file(wide, "")), std::runtime_error,
+                               Message(malformed(path, what, wide.find(')'), wide)));
+    }
     SECTION("bool bytes other than 0 and 1") {
         write_bytes(path, npy_file("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
                                    std::string("\x01\x00\x07", 3)));

@@ -4,7 +4,8 @@
 
 #include <Eigen/LU>  // Eigen::FullPivLU
 
-#include <cmath>  // std::sqrt
+#include <algorithm>  // std::max
+#include <cmath>      // std::sqrt, std::log, std::abs
 
 #include "support/catch.hpp"
 #include "support/match.hpp"
@@ -94,14 +95,27 @@ TEST_CASE("H = 1 and H = 8 with the same weights compute different functions", "
     CHECK(test::scaled_difference(f1.output, f8.output).rel > 1e-2);
     CHECK(test::scaled_difference(f1.attn_weights, f8.attn_weights).rel > 1e-2);
 
-    // What does hold: the single head's raw score is the sum of the eight heads' raw scores.
-    const Mat W = m1.state_dict().at("in_proj_weight").matrix();  // [3E, E]
-    const Mat X = d.q.slice(0).matrix();                          // [L, E]
-    const Mat Q = X * W.topRows(32).transpose(), K = X * W.middleRows(32, 32).transpose();
-    Mat sum = Mat::Zero(one.L, one.L);
-    for (Index h = 0; h < 8; ++h)
-        sum += Q.middleCols(h * 4, 4) * K.middleCols(h * 4, 4).transpose();
-    CHECK((sum - Q * K.transpose()).cwiseAbs().maxCoeff() < 1e-12);
+    // What does hold: the single head's raw score q.k is the sum of the eight heads' raw scores
+    // q_h.k_h. The module's weights show it: log P[i, j] - log P[i, 0] is the score difference
+    // s[i, j] - s[i, 0], and s = q.k / sqrt(D), so
+    //   sqrt(32) (log P1[i, j] - log P1[i, 0]) = sum_h sqrt(4) (log P8_h[i, j] - log P8_h[i, 0]).
+    masks.average_attn_weights = false;
+    const Tensor<double> P1 = m1.forward(d.q, d.q, d.q, masks).attn_weights;  // [B, 1, L, L]
+    const Tensor<double> P8 = m8.forward(d.q, d.q, d.q, masks).attn_weights;  // [B, 8, L, L]
+    double worst = 0.0, scale = 0.0;
+    for (Index b = 0; b < one.B; ++b)
+        for (Index i = 0; i < one.L; ++i)
+            for (Index j = 1; j < one.L; ++j) {
+                const double whole =
+                    std::sqrt(32.0) * (std::log(P1(b, 0, i, j)) - std::log(P1(b, 0, i, 0)));
+                double parts = 0.0;
+                for (Index h = 0; h < 8; ++h)
+                    parts += 2.0 * (std::log(P8(b, h, i, j)) - std::log(P8(b, h, i, 0)));
+                worst = std::max(worst, std::abs(whole - parts));
+                scale = std::max(scale, std::abs(whole));
+            }
+    CHECK(scale > 0.1);
+    CHECK(worst <= 1e-10 * scale);
 }
 
 TEST_CASE("head i's scores are one E x E bilinear form of rank at most D", "[questions]") {
@@ -115,16 +129,31 @@ TEST_CASE("head i's scores are one E x E bilinear form of rank at most D", "[que
     const Index E = 24, D = 4;
     MultiheadAttention<double> m(o, 8);
     std::mt19937_64 rng(3);
-    const Mat Q = Tensor<double>::randn(Shape{5, E}, rng).matrix();
-    const Mat K = Tensor<double>::randn(Shape{7, E}, rng).matrix();
+    const Tensor<double> Xq = Tensor<double>::randn(Shape{5, E}, rng);  // [L, E] unbatched
+    const Tensor<double> Xk = Tensor<double>::randn(Shape{7, E}, rng);  // [S, E]
+    const Mat Q = Xq.matrix(), K = Xk.matrix();
+    // The module's per-head weights: log P_i[r, j] - log P_i[r, 0] is the score difference
+    // (s_i[r, j] - s_i[r, 0]), with s_i = Q M_i K^T / sqrt(D) if the claim holds.
+    AttentionMasks<double> masks;
+    masks.need_weights = true;
+    masks.average_attn_weights = false;
+    const Tensor<double> P = m.forward(Xq, Xk, Xk, masks).attn_weights;  // [H, L, S]
     for (Index i = 0; i < 6; ++i) {
         CAPTURE(i);
-        const Mat WQ = as_matrix(m.head(i).q_weight()).transpose();  // [E, D]
-        const Mat WK = as_matrix(m.head(i).k_weight()).transpose();  // [E, D]
-        const Mat M = WQ * WK.transpose();                           // [E, E]
-        const Mat lhs = (Q * WQ) * (K * WK).transpose();
-        const Mat rhs = Q * M * K.transpose();
-        CHECK((lhs - rhs).cwiseAbs().maxCoeff() <= 1e-12 * lhs.cwiseAbs().maxCoeff());
+        const Mat WQ = as_matrix(m.head(i).q_weight()).transpose();                    // [E, D]
+        const Mat WK = as_matrix(m.head(i).k_weight()).transpose();                    // [E, D]
+        const Mat M = WQ * WK.transpose();                                             // [E, E]
+        const Mat scores = Q * M * K.transpose() / std::sqrt(static_cast<double>(D));  // [L, S]
+        double worst = 0.0, scale = 0.0;
+        for (Index r = 0; r < 5; ++r)
+            for (Index j = 1; j < 7; ++j) {
+                const double library = std::log(P(i, r, j)) - std::log(P(i, r, 0));
+                const double bilinear = scores(r, j) - scores(r, 0);
+                worst = std::max(worst, std::abs(library - bilinear));
+                scale = std::max(scale, std::abs(bilinear));
+            }
+        CHECK(scale > 0.1);
+        CHECK(worst <= 1e-10 * scale);
         Eigen::FullPivLU<Mat> lu(M);
         lu.setThreshold(1e-10);
         CHECK(lu.rank() == D);  // generic weights: exactly D; never more

@@ -10,6 +10,7 @@
 #include "support/catch.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/mha_random.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -82,6 +83,7 @@ TEMPLATE_TEST_CASE("MultiheadAttention matches the reference loops", "[mha]", fl
         for (Projection p : kProjections) {
             CAPTURE(to_string(p));
             MultiheadAttention<T> m(c.options(p), 42);
+            test::randomize_parameters(m, 43);  // biases, bias_k/v and out_proj included
             const AttentionForward<T> f = run(m, d);
             const test::ReferenceAttention r = test::run_reference(c, m, d);
             const Tensor<double> expected(f.output.shape(), r.output);
@@ -115,13 +117,16 @@ TEMPLATE_TEST_CASE("fused, separate and per_head give identical outputs and grad
             c.dropout = dropout;
             CAPTURE(c.str());
             const test::MhaData<T> d = test::make_data<T>(c);
+            // Every parameter random, the same in each module (biases, bias_k/v, out_proj).
             MultiheadAttention<T> fused(c.options(Projection::fused), 42);
+            test::randomize_parameters(fused, 43);
             const AttentionForward<T> f0 = run(fused, d);
             const Tensor<T> dy = upstream<T>(f0.output.shape());
             const AttentionGradients<T> g0 = fused.backward(f0, dy);
             for (Projection p : {Projection::separate, Projection::per_head}) {
                 CAPTURE(to_string(p));
                 MultiheadAttention<T> m(c.options(p), 42);
+                test::randomize_parameters(m, 43);
                 const AttentionForward<T> f = run(m, d);
                 const AttentionGradients<T> g = m.backward(f, dy);
                 HEADWISE_CHECK_CLOSE(f.output, f0.output, Tol<T>::rel);
@@ -271,8 +276,15 @@ TEST_CASE("one module runs several forwards before their backwards", "[mha]") {
     b.forward(d.q, d.q, d.q);  // advance b's dropout stream past the first call
     const auto fb = b.forward(fa.output, fa.output, fa.output);
     const auto gb = b.backward(fb, dy);
-    a.backward(fa, dy1);
+    const auto ga = a.backward(fa, dy1);
     HEADWISE_CHECK_CLOSE(fb.output, f2.output, 1e-14);
+    // Each backward returns its own call's input gradients.
+    HEADWISE_CHECK_CLOSE(g2.query, gb.query, 1e-14);
+    HEADWISE_CHECK_CLOSE(g2.key, gb.key, 1e-14);
+    HEADWISE_CHECK_CLOSE(g2.value, gb.value, 1e-14);
+    HEADWISE_CHECK_CLOSE(g1.query, ga.query, 1e-14);
+    HEADWISE_CHECK_CLOSE(g1.key, ga.key, 1e-14);
+    HEADWISE_CHECK_CLOSE(g1.value, ga.value, 1e-14);
     for (const auto& [name, grad] : total) {
         CAPTURE(name);
         Tensor<double> sum = a.grad_dict().at(name);
@@ -280,7 +292,6 @@ TEST_CASE("one module runs several forwards before their backwards", "[mha]") {
         for (Index i = 0; i < sum.numel(); ++i) sum.data()[i] += gbn.data()[i];
         HEADWISE_CHECK_CLOSE(grad, sum, 1e-13);
     }
-    (void)g1;
 }
 
 TEST_CASE("zero_grad clears every gradient, and backward adds until then", "[mha]") {
@@ -386,6 +397,9 @@ TEST_CASE("an unbatched call equals the batched call with B = 1", "[mha]") {
     const auto gu = m.backward(fu, dy.view().reshape(fu.output.shape()));
     REQUIRE(gu.query.shape() == u.q.shape());
     REQUIRE(gu.key.shape() == u.k.shape());
+    REQUIRE(gu.value.shape() == u.v.shape());
+    HEADWISE_CHECK_CLOSE(gu.query.view().reshape(gb.query.shape()), gb.query, 0.0);
+    HEADWISE_CHECK_CLOSE(gu.key.view().reshape(gb.key.shape()), gb.key, 0.0);
     HEADWISE_CHECK_CLOSE(gu.value.view().reshape(gb.value.shape()), gb.value, 0.0);
 }
 
@@ -519,8 +533,14 @@ TEST_CASE("with_projection keeps parameters and gradients", "[mha]") {
     CHECK(m.projection() == Projection::per_head);
     for (const auto& [name, g] : m.grad_dict()) HEADWISE_CHECK_CLOSE(g, grads.at(name), 0.0);
     HEADWISE_CHECK_CLOSE(run(m, d).output, f0.output, 1e-14);
-    // A backward after switching still differentiates the call as it was computed.
+    // A backward after switching still differentiates the call as it was computed: it adds
+    // exactly what the first backward added.
+    m.zero_grad();
     m.backward(f0, f0.output);
+    for (const auto& [name, g] : m.grad_dict()) {
+        CAPTURE(name);
+        HEADWISE_CHECK_CLOSE(g, grads.at(name), 0.0);
+    }
 }
 
 TEST_CASE("a new module has PyTorch's initial distributions", "[mha][init]") {
@@ -643,4 +663,78 @@ TEST_CASE("bad shapes throw shape_error naming function, argument, expected and 
                         "[2, 3, 8], got [2, 3, 4]");
     for (const auto& [name, g] : m.grad_dict())
         for (double x : g) CHECK(x == 0.0);
+}
+
+TEST_CASE("inputs sharing memory are told apart by pointer and shape, never by pointer alone",
+          "[mha][aliasing]") {
+    // Each call passes views that share memory; the same call with separate copies must give the
+    // same output, weights and gradients under every projection. A module that took a shared
+    // pointer for a shared tensor would project the wrong rows or features here.
+    struct Aliasing {
+        const char* what;
+        Index kdim, vdim;
+        Shape q, k, v;  // shapes of the views, all starting at the same buffer or at K
+        bool k_in_query, v_in_query;  // else in the separate buffer K
+    };
+    const Aliasing cases[] = {
+        {"key and value a prefix of the query", 8, 8, {2, 4, 8}, {2, 3, 8}, {2, 3, 8}, true, true},
+        {"key is the query, value the same memory with fewer features",
+         8,
+         4,
+         {2, 4, 8},
+         {2, 4, 8},
+         {2, 4, 4},
+         true,
+         true},
+        {"key the query's memory as [2, 8, 4]", 4, 8, {2, 4, 8}, {2, 8, 4}, {2, 8, 8}, true, false},
+        {"key == value, query separate", 8, 8, {2, 4, 8}, {2, 5, 8}, {2, 5, 8}, false, false},
+        {"key and value the same memory, other features",
+         8,
+         4,
+         {2, 4, 8},
+         {2, 5, 8},
+         {2, 5, 4},
+         false,
+         false},
+    };
+    std::mt19937_64 rng(31);
+    const Tensor<double> X = Tensor<double>::randn(Shape{2, 4, 8}, rng);  // [B, L, E]
+    const Tensor<double> K = Tensor<double>::randn(Shape{2 * 8 * 8}, rng);
+    for (const Aliasing& a : cases) {
+        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+            CAPTURE(a.what, to_string(p));
+            MultiheadAttentionOptions o;
+            o.embed_dim = 8;
+            o.num_heads = 2;
+            o.kdim = a.kdim;
+            o.vdim = a.vdim;
+            o.dropout = 0.2;
+            o.projection = p;
+            const TensorView<const double> q = view(X.data(), a.q);
+            const TensorView<const double> k = view(a.k_in_query ? X.data() : K.data(), a.k);
+            const TensorView<const double> v = view(a.v_in_query ? X.data() : K.data(), a.v);
+            const Tensor<double> qc(q), kc(k), vc(v);  // separate copies
+            MultiheadAttention<double> shared(o, 5), copied(o, 5);
+            test::randomize_parameters(shared, 6);
+            test::randomize_parameters(copied, 6);
+            AttentionMasks<double> masks;
+            masks.need_weights = true;
+            masks.average_attn_weights = false;
+            const auto fs = shared.forward(q, k, v, masks);
+            const auto fc = copied.forward(qc, kc, vc, masks);
+            HEADWISE_CHECK_CLOSE(fs.output, fc.output, Tol<double>::rel);
+            HEADWISE_CHECK_CLOSE(fs.attn_weights, fc.attn_weights, Tol<double>::rel);
+            const Tensor<double> dy = upstream<double>(fs.output.shape());
+            const auto gs = shared.backward(fs, dy);
+            const auto gc = copied.backward(fc, dy);
+            HEADWISE_CHECK_CLOSE(gs.query, gc.query, Tol<double>::rel);
+            HEADWISE_CHECK_CLOSE(gs.key, gc.key, Tol<double>::rel);
+            HEADWISE_CHECK_CLOSE(gs.value, gc.value, Tol<double>::rel);
+            const auto grads = copied.grad_dict();
+            for (const auto& [name, g] : shared.grad_dict()) {
+                CAPTURE(name);
+                HEADWISE_CHECK_CLOSE(g, grads.at(name), Tol<double>::rel);
+            }
+        }
+    }
 }

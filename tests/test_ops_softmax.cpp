@@ -5,10 +5,11 @@
 #include <headwise/compare.hpp>
 #include <headwise/gradcheck.hpp>
 
-#include <cmath>   // std::isfinite, std::sqrt
-#include <limits>  // std::numeric_limits
-#include <random>  // std::mt19937_64
-#include <vector>  // std::vector
+#include <cmath>     // std::isfinite, std::isnan, std::sqrt
+#include <iterator>  // std::size
+#include <limits>    // std::numeric_limits
+#include <random>    // std::mt19937_64
+#include <vector>    // std::vector
 
 #include "support/catch.hpp"
 #include "support/reference.hpp"
@@ -244,4 +245,51 @@ TEMPLATE_TEST_CASE("softmax kernels reject mismatched shapes", "[ops][softmax]",
                          headwise::shape_error,
                          Message("headwise::ops::softmax_backward: dS: expected shape [2, 3], "
                                  "got [1, 3]"));
+}
+
+TEMPLATE_TEST_CASE("softmax_forward: NaN in, NaN out, and a fully masked row is zero",
+                   "[ops][softmax][nan]", float, double) {
+    using T = TestType;
+    constexpr T inf = std::numeric_limits<T>::infinity();
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    // A NaN anywhere in a row (first, middle, last, beside -inf), or +inf, makes the whole row
+    // NaN, as in PyTorch; the max must not skip a NaN. Rows without either are unaffected.
+    const Index C = 70;  // more than one 64-wide chunk of the exp
+    const Index nan_at[] = {0, 1, 35, 63, 64, 69};
+    const Index R = 4 + static_cast<Index>(std::size(nan_at));
+    std::mt19937_64 rng(17);
+    Tensor<T> S = random_scores<T>(Shape{R, C}, 0.2, rng);  // [R, C]
+    for (Index j = 0; j < C; ++j) S(0, j) = -inf;           // fully masked
+    S(1, 5) = inf;                                          // +inf: exp(inf - inf)
+    S(2, 0) = T(1);                                         // a finite row
+    for (Index r = 0; r < static_cast<Index>(std::size(nan_at)); ++r) S(4 + r, nan_at[r]) = nan;
+    for (int in_place = 0; in_place < 2; ++in_place) {
+        CAPTURE(in_place);
+        Tensor<T> P(S.shape());
+        if (in_place) {
+            P = S;
+            ops::softmax_forward<T>(P.matrix());
+        } else {
+            ops::softmax_forward<T>(S.matrix(), P.matrix());
+        }
+        for (Index i = 0; i < R; ++i) {
+            CAPTURE(i);
+            const bool poisoned = i == 1 || i >= 4;
+            double sum = 0;
+            for (Index j = 0; j < C; ++j) {
+                if (i == 0) CHECK(P(i, j) == T(0));
+                if (poisoned) CHECK(std::isnan(P(i, j)));
+                if (!poisoned) CHECK(std::isfinite(P(i, j)));
+                sum += static_cast<double>(P(i, j));
+            }
+            if (i == 2 || i == 3) CHECK_THAT(sum, WithinRel(1.0, 8 * Tol<T>::rel));
+        }
+        // A fully masked row's gradient is exactly zero; a NaN row's is NaN.
+        Tensor<T> dP = Tensor<T>::randn(S.shape(), rng), dS(S.shape());
+        ops::softmax_backward<T>(P.matrix(), dP.matrix(), dS.matrix());
+        for (Index j = 0; j < C; ++j) {
+            CHECK(dS(0, j) == T(0));
+            CHECK(std::isnan(dS(4, j)));
+        }
+    }
 }

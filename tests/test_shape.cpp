@@ -3,7 +3,7 @@
 #include <headwise/shape.hpp>
 
 #include <sstream>    // std::ostringstream
-#include <stdexcept>  // std::invalid_argument
+#include <stdexcept>  // std::invalid_argument, std::length_error
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
@@ -98,4 +98,25 @@ TEST_CASE("negative extents are rejected", "[shape]") {
     REQUIRE_THROWS_AS((Shape{1, -2}), std::invalid_argument);
     REQUIRE_THROWS_WITH((Shape{1, -2}), "headwise::Shape: negative extent -2");
     REQUIRE_THROWS_WITH(Shape(std::vector<Index>{-1}), "headwise::Shape: negative extent -1");
+}
+
+TEST_CASE("an element count that overflows Index throws, naming the shape", "[shape][overflow]") {
+    const Index big = Index(1) << 62;
+    CHECK(Shape{big}.numel() == big);  // the largest power of two that fits
+    CHECK(Shape{big, 1, 1}.numel() == big);
+    REQUIRE_THROWS_AS((Shape{big, 4}), std::length_error);
+    REQUIRE_THROWS_WITH((Shape{big, 4}),
+                        "headwise::Shape::Shape: shape [4611686018427387904, 4] has more "
+                        "elements than an Index (64-bit signed) can count");
+    // A zero extent does not excuse the others: every partial product must fit too.
+    REQUIRE_THROWS_AS((Shape{Index(1) << 40, Index(1) << 40, 0}), std::length_error);
+    REQUIRE_THROWS_AS(Shape(std::vector<Index>{3, big}), std::length_error);
+    // Extents written one by one are checked when counted.
+    Shape s{2, 3};
+    s[0] = big;
+    s[1] = 2;
+    REQUIRE_THROWS_AS(s.numel(), std::length_error);
+    REQUIRE_THROWS_WITH(s.numel(),
+                        "headwise::Shape::numel: shape [4611686018427387904, 2] has "
+                        "more elements than an Index (64-bit signed) can count");
 }

@@ -7,7 +7,7 @@
 #include <cstdint>      // std::uintptr_t
 #include <random>       // std::mt19937_64
 #include <sstream>      // std::ostringstream
-#include <stdexcept>    // std::out_of_range
+#include <stdexcept>    // std::out_of_range, std::length_error
 #include <tuple>        // std::tuple
 #include <type_traits>  // std::is_same_v
 #include <utility>      // std::move
@@ -360,4 +360,23 @@ TEMPLATE_TEST_CASE("randn and uniform are deterministic per seed and well distri
     const Tensor<TestType> d1 = headwise::randn<TestType>(Shape{3, 3}, r1);
     const Tensor<TestType> d2 = Tensor<TestType>::randn(Shape{3, 3}, r2);
     for (Index i = 0; i < 9; ++i) CHECK(d1.data()[i] == d2.data()[i]);
+}
+
+TEST_CASE("a tensor whose byte size overflows throws before allocating", "[tensor][overflow]") {
+    const Index big = Index(1) << 62;
+    // 2^62 floats are 2^64 bytes: the byte count wraps to 0 unless checked.
+    REQUIRE_THROWS_AS(Tensor<float>(Shape{big}), std::length_error);
+    REQUIRE_THROWS_WITH(Tensor<float>(Shape{big}),
+                        "headwise::Tensor::Tensor: shape [4611686018427387904]: "
+                        "4611686018427387904 elements of 4 bytes overflow the address space");
+    REQUIRE_THROWS_AS(Tensor<double>(Shape{Index(1) << 61}), std::length_error);
+    REQUIRE_THROWS_AS(Tensor<float>::uninitialized(Shape{big, 1}), std::length_error);
+    REQUIRE_THROWS_AS(Tensor<double>::zeros(Shape{Index(1) << 60, 2}), std::length_error);
+    // A shape changed extent by extent is checked when a view or tensor is made of it.
+    Shape s{1, 1};
+    s[0] = big;
+    s[1] = 4;
+    float x = 0;
+    REQUIRE_THROWS_AS(TensorView<float>(&x, s), std::length_error);
+    REQUIRE_THROWS_AS(Tensor<float>(s), std::length_error);
 }

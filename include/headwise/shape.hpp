@@ -6,7 +6,7 @@
 #include <array>             // std::array
 #include <initializer_list>  // std::initializer_list
 #include <ostream>           // std::ostream
-#include <stdexcept>         // std::invalid_argument
+#include <stdexcept>         // std::invalid_argument, std::length_error
 #include <string>            // std::string, std::to_string
 #include <vector>            // std::vector
 
@@ -30,10 +30,12 @@ public:
     Index back() const noexcept {
         return rank_ == 0 ? 1 : dims_[static_cast<std::size_t>(rank_ - 1)];
     }
-    /// Product of all extents; 1 for rank 0 (a scalar).
-    Index numel() const noexcept {
+    /// Product of all extents; 1 for rank 0 (a scalar). Throws std::length_error naming the
+    /// shape when the product of its nonzero extents does not fit in Index (which a shape built
+    /// by a constructor never does, but one changed through operator[] may).
+    Index numel() const {
         Index n = 1;
-        for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<std::size_t>(i)];
+        if (!checked_product(n)) throw std::length_error(overflow_message("numel"));
         return n;
     }
     const Index* begin() const noexcept { return dims_.data(); }
@@ -69,6 +71,28 @@ public:
     friend std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
 private:
+    /// Sets `n` to the product of the extents; false when the product of the nonzero extents
+    /// (and so any partial product, however the extents are grouped) overflows Index.
+    bool checked_product(Index& n) const noexcept {
+        Index nonzero = 1;
+        bool zero = false;
+        for (int i = 0; i < rank_; ++i) {
+            const Index d = dims_[static_cast<std::size_t>(i)];
+            if (d == 0) {
+                zero = true;
+            } else if (__builtin_mul_overflow(nonzero, d, &nonzero)) {
+                return false;
+            }
+        }
+        n = zero ? 0 : nonzero;
+        return true;
+    }
+    std::string overflow_message(const char* function) const {
+        return std::string("headwise::Shape::") + function + ": shape " + str() +
+               " has more elements than an Index (" + std::to_string(sizeof(Index) * 8) +
+               "-bit signed) can count";
+    }
+
     template <class It>
     void assign(It first, It last) {
         const auto n = static_cast<int>(last - first);
@@ -81,6 +105,8 @@ private:
                                             std::to_string(*it));
         std::copy(first, last, dims_.begin());
         rank_ = n;
+        Index count = 0;
+        if (!checked_product(count)) throw std::length_error(overflow_message("Shape"));
     }
 
     std::array<Index, kMaxRank> dims_{};

@@ -11,6 +11,7 @@
 #include <memory>       // std::unique_ptr
 #include <new>          // ::operator new, std::align_val_t
 #include <ostream>      // std::ostream
+#include <stdexcept>    // std::length_error
 #include <string>       // std::to_string
 #include <type_traits>  // std::remove_const_t, std::enable_if_t
 #include <utility>      // std::move
@@ -121,7 +122,10 @@ public:
     using value_type = std::remove_const_t<T>;
 
     TensorView() = default;
-    TensorView(T* data, const Shape& shape) : data_(data), shape_(shape) {}
+    /// Throws std::length_error when the shape's element count overflows Index.
+    TensorView(T* data, const Shape& shape) : data_(data), shape_(shape) {
+        static_cast<void>(shape_.numel());  // validates once, so numel() below cannot throw
+    }
     /// A view of mutable memory converts to a read-only view.
     template <class U,
               class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
@@ -227,7 +231,8 @@ public:
     using value_type = T;
 
     Tensor() = default;
-    explicit Tensor(const Shape& shape) : shape_(shape), data_(allocate(shape.numel())) {
+    /// Throws std::length_error naming the shape when its element count or byte size overflows.
+    explicit Tensor(const Shape& shape) : shape_(shape), data_(allocate(shape)) {
         if (numel() > 0) std::memset(static_cast<void*>(data_.get()), 0, bytes());
     }
     /// Copies `values` (row-major); throws shape_error when their count differs from numel().
@@ -239,7 +244,7 @@ public:
         std::copy(values.begin(), values.end(), data_.get());
     }
     /// Deep copy of a view.
-    explicit Tensor(TensorView<const T> v) : shape_(v.shape()), data_(allocate(v.numel())) {
+    explicit Tensor(TensorView<const T> v) : shape_(v.shape()), data_(allocate(v.shape())) {
         std::copy_n(v.data(), v.numel(), data_.get());
     }
 
@@ -264,7 +269,7 @@ public:
     static Tensor uninitialized(const Shape& shape) {
         Tensor t;
         t.shape_ = shape;
-        t.data_ = allocate(shape.numel());
+        t.data_ = allocate(shape);
         return t;
     }
     static Tensor ones(const Shape& shape) { return full(shape, T(1)); }
@@ -362,10 +367,18 @@ public:
     }
 
 private:
-    static std::unique_ptr<T[], detail::AlignedDelete> allocate(Index n) {
+    /// Storage for `shape`. The byte count is computed with an overflow check and must fit in
+    /// Index too (so that any pointer difference within the buffer does).
+    static std::unique_ptr<T[], detail::AlignedDelete> allocate(const Shape& shape) {
+        const Index n = shape.numel();  // throws when the element count overflows
         if (n == 0) return nullptr;
-        void* p = ::operator new (static_cast<std::size_t>(n) * sizeof(T),
-                                  std::align_val_t{kTensorAlignment});
+        Index bytes = 0;
+        if (__builtin_mul_overflow(n, static_cast<Index>(sizeof(T)), &bytes))
+            throw std::length_error(
+                "headwise::Tensor::Tensor: shape " + shape.str() + ": " + std::to_string(n) +
+                " elements of " + std::to_string(sizeof(T)) + " bytes overflow the address space");
+        void* p =
+            ::operator new (static_cast<std::size_t>(bytes), std::align_val_t{kTensorAlignment});
         return std::unique_ptr<T[], detail::AlignedDelete>(static_cast<T*>(p));
     }
     std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * sizeof(T); }

@@ -122,9 +122,11 @@ std::map<std::string, std::vector<double>> params_in_double(const MultiheadAtten
 }
 
 /// The reference loops on the same parameters, inputs and masks; output shaped as the module's.
+/// `dropout`: the per-weight dropout factors [B, H, L, S'] (see reference_mha), or none.
 template <class T>
 ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>& m,
-                                 const MhaData<T>& d) {
+                                 const MhaData<T>& d,
+                                 const std::vector<double>* dropout = nullptr) {
     auto dbl = [](const Tensor<T>& t) { return std::vector<double>(t.begin(), t.end()); };
     ReferenceMasks rm;
     if (!d.masks.attn_mask.empty()) {
@@ -142,7 +144,7 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     rm.causal_offset = ops::causal_offset(c.alignment, c.L, S);
     return reference_mha(params_in_double(m), c.batched ? c.B : 1, c.L, S, c.E, c.H, c.kd(), c.vd(),
                          dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn, rm,
-                         c.scale);
+                         c.scale, dropout);
 }
 
 }  // namespace headwise::test

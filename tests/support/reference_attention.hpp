@@ -13,7 +13,8 @@
 
 namespace headwise::test {
 
-/// Result of reference_mha: output [B, L, E] and per-head weights [B, H, L, S'].
+/// Result of reference_mha: output [B, L, E] and per-head weights [B, H, L, S'] (after dropout,
+/// when a dropout mask is given, as torch returns them).
 struct ReferenceAttention {
     std::vector<double> output;   // [B, L, E]
     std::vector<double> weights;  // [B, H, L, S']
@@ -32,15 +33,18 @@ struct ReferenceMasks {
 
 /// Follows torch.nn.functional.multi_head_attention_forward step by step, with loops:
 /// project, append bias_k/bias_v, append zero attention, scores, masks, softmax (a row with no
-/// visible key is all zero), weighted sum, output projection. `params` holds state_dict() names.
-/// The scores are scaled by `scale`, 1 / sqrt(D) when unset.
+/// visible key is all zero), dropout, weighted sum, output projection. `params` holds
+/// state_dict() names. The scores are scaled by `scale`, 1 / sqrt(D) when unset. `dropout`, when
+/// given, holds one factor per weight [B, H, L, S']: 0 where the weight is dropped, 1 / (1 - p)
+/// where it is kept.
 inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
                                         Index B, Index L, Index S, Index E, Index H, Index kdim,
                                         Index vdim, const std::vector<double>& q,
                                         const std::vector<double>& k, const std::vector<double>& v,
                                         bool bias, bool bias_kv, bool zero_attn,
                                         const ReferenceMasks& masks,
-                                        std::optional<double> scale_option = std::nullopt) {
+                                        std::optional<double> scale_option = std::nullopt,
+                                        const std::vector<double>* dropout = nullptr) {
     const Index D = E / H;
     const bool packed = params.count("in_proj_weight") > 0;
     // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [E, in_p].
@@ -114,8 +118,10 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     sum += x;
                 }
                 for (Index j = 0; j < Sx; ++j) {
-                    const double p = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
-                    r.weights[static_cast<std::size_t>(((b * H + h) * L + i) * Sx + j)] = p;
+                    const std::size_t at = static_cast<std::size_t>(((b * H + h) * L + i) * Sx + j);
+                    double p = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
+                    if (dropout) p *= (*dropout)[at];
+                    r.weights[at] = p;
                     for (Index d = 0; d < D; ++d)
                         ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] +=
                             p * vx(b, j, h * D + d);

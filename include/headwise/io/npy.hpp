@@ -245,6 +245,12 @@ private:
                 error("expected ',' or ')' in the shape");
             }
         }
+        // Every element count headwise computes from the shape must fit in Index.
+        Index nonzero = 1;
+        for (const Index d : dims)
+            if (d != 0 && __builtin_mul_overflow(nonzero, d, &nonzero))
+                error("the product of the extents overflows a " +
+                      std::to_string(sizeof(Index) * 8) + "-bit element count");
         ++pos_;  // ')'
         return Shape(dims);
     }

@@ -261,7 +261,12 @@ private:
             else
                 numel *= extent;
         }
-        e.shape = Shape(dims);
+        // The Shape is built once the data size matches: a Shape must be countable in Index,
+        // which an absurd header's extents need not be.
+        std::string shape_str = "[";
+        for (std::size_t i = 0; i < dims.size(); ++i)
+            shape_str += (i ? ", " : "") + std::to_string(dims[i]);
+        shape_str += "]";
         for (const nlohmann::json& o : *offsets)
             if (!o.is_number_unsigned())
                 fail(key, "data_offsets hold " + o.dump() + ", not a non-negative integer");
@@ -276,8 +281,13 @@ private:
             numel * item != e.end - e.begin)
             fail(key,
                  "data_offsets " + range(e) + " hold " + std::to_string(e.end - e.begin) +
-                     " bytes, but " + d + " " + e.shape.str() + " needs " +
+                     " bytes, but " + d + " " + shape_str + " needs " +
                      (overflow ? std::string("more than 2^64") : std::to_string(numel * item)));
+        Index nonzero = 1;  // a zero extent leaves no data, but the others must stay countable
+        for (const Index x : dims)
+            if (x != 0 && __builtin_mul_overflow(nonzero, x, &nonzero))
+                fail(key, "shape " + shape_str + " has more elements than an Index can count");
+        e.shape = Shape(dims);
         return e;
     }
 

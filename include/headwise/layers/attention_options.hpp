@@ -6,7 +6,9 @@
 #include <string>    // std::string
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../ops/score_mask.hpp"
+#include "../shape.hpp"
 #include "../tensor.hpp"
 
 namespace headwise {
@@ -37,6 +39,25 @@ inline const char* to_string(Projection p) noexcept {
     return "unknown";
 }
 
+namespace detail {
+
+/// Throws std::invalid_argument unless `p` is one of the enumerators (a value cast from an
+/// integer may be none of them).
+inline void check_projection(const char* function, const char* argument, Projection p) {
+    if (p != Projection::fused && p != Projection::separate && p != Projection::per_head)
+        throw_invalid_argument(function, argument, "must be fused, separate or per_head",
+                               "Projection(" + std::to_string(static_cast<int>(p)) + ")");
+}
+
+/// True for a mask that is absent: default-constructed, of shape [0]. Any other shape, empty
+/// or not, is checked against the call.
+template <class U>
+bool mask_absent(const Tensor<U>& mask) {
+    return mask.shape() == Shape{0};
+}
+
+}  // namespace detail
+
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
     Index embed_dim = 0;  // E
@@ -57,11 +78,14 @@ struct MultiheadAttentionOptions {
 /// attend*, as in torch.nn.MultiheadAttention, for every boolean mask of the library.
 /// Masks combine: a score is hidden if any mask hides it; attn_bias is added to what is left.
 /// A query row that can see no key gets a zero attention row (its output is out_proj.bias) and
-/// zero gradients, never NaN.
+/// zero gradients, never NaN. NaN in, NaN out: a NaN in a query, a key, a value or attn_bias
+/// gives NaN in the output rows it reaches, masked or not, as in PyTorch.
+/// A mask is absent when default-constructed (shape [0]); any other shape is checked, so an
+/// empty mask of the wrong shape, e.g. key_padding_mask [0, 4], is an error, not "no mask".
 template <class T>
 struct AttentionMasks {
-    Tensor<bool> attn_mask;            // [L, S] or [B, H, L, S]; empty = none
-    Tensor<T> attn_bias;               // additive, [L, S] or [B, H, L, S]; empty = none
+    Tensor<bool> attn_mask;            // [L, S] or [B, H, L, S]; default-constructed = none
+    Tensor<T> attn_bias;               // additive, [L, S] or [B, H, L, S]; default = none
     Tensor<bool> key_padding_mask;     // [B, S] ([S] for an unbatched call); true = padding
     bool is_causal = false;            // query i may attend key j only if j <= i (top-left aligned)
     bool need_weights = false;         // return the attention weights (costs B*H*L*S memory)

@@ -130,8 +130,11 @@ public:
     void eval() noexcept { training_ = false; }
     bool is_training() const noexcept { return training_; }
 
-    /// Switches the projection computation; parameters and gradients stay as they are.
-    MultiheadAttention& with_projection(Projection projection) noexcept {
+    /// Switches the projection computation; parameters and gradients stay as they are. Throws
+    /// std::invalid_argument for a value that is no Projection enumerator.
+    MultiheadAttention& with_projection(Projection projection) {
+        detail::check_projection("headwise::MultiheadAttention::with_projection", "projection",
+                                 projection);
         options_.projection = projection;
         return *this;
     }
@@ -191,7 +194,7 @@ struct AttentionSaved {
     Index Sx = 0;  // S plus the appended bias_k / zero-attention keys
     bool batched = true;
     bool self = false, kv_same = false;
-    bool bias_kv = false, zero_attn = false;
+    bool bias = true, bias_kv = false, zero_attn = false;
     T scale = T(0);
     ops::Dropout dropout;
     ProjectionPlan plan;
@@ -243,11 +246,24 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     if (options.scale && !std::isfinite(*options.scale))
         throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
                                std::to_string(*options.scale));
+    detail::check_projection(fn, "options.projection", options.projection);
     E_ = options.embed_dim;
     H_ = options.num_heads;
     D_ = E_ / H_;
     kdim_ = options.kdim ? options.kdim : E_;
     vdim_ = options.vdim ? options.vdim : E_;
+    // The in-projection [E, E + kdim + vdim] is the largest parameter (out_proj is [E, E], the
+    // biases 3E): its element count and byte size must not overflow.
+    Index in_features = 0, elements = 0, bytes = 0;
+    if (__builtin_add_overflow(E_, kdim_, &in_features) ||
+        __builtin_add_overflow(in_features, vdim_, &in_features) ||
+        __builtin_mul_overflow(E_, in_features, &elements) ||
+        __builtin_mul_overflow(elements, static_cast<Index>(sizeof(T)), &bytes))
+        throw std::invalid_argument(
+            std::string(fn) + ": options: embed_dim = " + std::to_string(E_) +
+            ", kdim = " + std::to_string(kdim_) + ", vdim = " + std::to_string(vdim_) +
+            ": the in-projection weights [embed_dim, embed_dim + kdim + vdim] overflow the "
+            "address space");
 
     w_in_ = Tensor<T>(Shape{E_ * (E_ + kdim_ + vdim_)});
     gw_in_ = Tensor<T>(w_in_.shape());
@@ -288,11 +304,15 @@ void MultiheadAttention<T>::check_masks(const AttentionMasks<T>& m,
     const Shape ls{g.L, g.S};
     const Shape bhls{g.B, H_, g.L, g.S};
     const std::string two = ls.str() + " or " + bhls.str();
-    if (!m.attn_mask.empty() && m.attn_mask.shape() != ls && m.attn_mask.shape() != bhls)
+    // Only an absent (default-constructed) mask means none; an empty one of another shape is an
+    // error like any wrong shape.
+    if (!detail::mask_absent(m.attn_mask) && m.attn_mask.shape() != ls &&
+        m.attn_mask.shape() != bhls)
         throw shape_error(fn, "masks.attn_mask", two, m.attn_mask.shape());
-    if (!m.attn_bias.empty() && m.attn_bias.shape() != ls && m.attn_bias.shape() != bhls)
+    if (!detail::mask_absent(m.attn_bias) && m.attn_bias.shape() != ls &&
+        m.attn_bias.shape() != bhls)
         throw shape_error(fn, "masks.attn_bias", two, m.attn_bias.shape());
-    if (!m.key_padding_mask.empty()) {
+    if (!detail::mask_absent(m.key_padding_mask)) {
         const Shape expected = batched ? Shape{g.B, g.S} : Shape{g.S};
         detail::check_shape(fn, "masks.key_padding_mask", m.key_padding_mask.shape(), expected);
     }
@@ -329,6 +349,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     }
     const detail::AttentionGeometry g{B, L, S, E_, H_, D_, kdim_, vdim_};
     check_masks(masks, g, batched);
+    // The scores [B, H, L, S + 2] (at most two appended keys) must be countable: Shape checks.
+    static_cast<void>(Shape{B, H_, L, S + 2});
 
     // ---- set-up ----------------------------------------------------------------------------
     const bool kv_same = key.data() == value.data() && key.shape() == value.shape();
@@ -348,6 +370,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     s.batched = batched;
     s.self = self;
     s.kv_same = kv_same;
+    s.bias = options_.bias;
     s.bias_kv = bias_kv;
     s.zero_attn = zero_attn;
     s.scale = scale;
@@ -516,10 +539,25 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                                     "mode); call train() before forward");
     const detail::AttentionSaved<T>& s = *fwd.saved;
     detail::check_shape(fn, "grad_output", grad_output.shape(), s.output_shape);
-    if (s.g.E != E_ || s.g.H != H_ || s.g.kdim != kdim_ || s.g.vdim != vdim_ ||
-        s.bias_kv != options_.add_bias_kv || s.zero_attn != options_.add_zero_attn)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from a module with other options");
+    {
+        // Every option that fixes what forward saved; each mismatch named with both values.
+        std::string other;
+        const auto compare = [&](const char* option, Index expected, Index actual) {
+            if (expected != actual)
+                other += std::string(other.empty() ? "" : "; ") + option + ": expected " +
+                         std::to_string(expected) + ", got " + std::to_string(actual);
+        };
+        compare("embed_dim", E_, s.g.E);
+        compare("num_heads", H_, s.g.H);
+        compare("kdim", kdim_, s.g.kdim);
+        compare("vdim", vdim_, s.g.vdim);
+        compare("bias", options_.bias, s.bias);
+        compare("add_bias_kv", options_.add_bias_kv, s.bias_kv);
+        compare("add_zero_attn", options_.add_zero_attn, s.zero_attn);
+        if (!other.empty())
+            throw std::invalid_argument(
+                std::string(fn) + ": fwd: comes from a module with other options (" + other + ")");
+    }
     const Index B = s.g.B, L = s.g.L, S = s.g.S, Sx = s.Sx, LS = L * Sx;
 
     // ---- 4. output = ctx W_o^T + b_o  ->  dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout

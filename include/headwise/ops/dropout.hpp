@@ -65,8 +65,9 @@ struct Dropout {
 };
 
 /// Y = X ⊙ M / (1 - p) with M ~ Bernoulli(1 - p), entry (i, j) of X being entry
-/// (row0 + i, col0 + j) of stream `stream` of `dropout`. Y may alias X. `MatrixIn`, `MatrixOut`
-/// are Eigen row-major matrix expressions with direct access.
+/// (row0 + i, col0 + j) of stream `stream` of `dropout`. Y may alias X. A dropped NaN stays NaN
+/// (NaN * 0), as in PyTorch. `MatrixIn`, `MatrixOut` are Eigen row-major matrix expressions with
+/// direct access.
 template <class MatrixIn, class MatrixOut>
 void dropout_apply(const Dropout& dropout, std::uint64_t stream, Index row0, Index col0,
                    const MatrixIn& X, MatrixOut&& Y) {
@@ -78,7 +79,7 @@ void dropout_apply(const Dropout& dropout, std::uint64_t stream, Index row0, Ind
     for (Index i = 0; i < X.rows(); ++i) {
         const std::uint64_t row = Dropout::row_key(key, row0 + i);
         for (Index j = 0; j < X.cols(); ++j)
-            Y(i, j) = Dropout::column_bits(row, col0 + j) < threshold ? T(0) : X(i, j) * scale;
+            Y(i, j) = X(i, j) * (Dropout::column_bits(row, col0 + j) < threshold ? T(0) : scale);
     }
 }
 

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>  // std::min, std::max
+#include <cmath>      // std::isnan
 #include <limits>     // std::numeric_limits
 
 #include "../config.hpp"
@@ -75,9 +76,11 @@ struct ScoreMask {
     }
 };
 
-/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf.
-/// `S` may be a tile of the slice the mask describes: its row r is query row `row0 + r` and its
-/// column c is key `col0 + c` (a kernel working on whole slices leaves both 0).
+/// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf, except
+/// a NaN score, which stays NaN (NaN in, NaN out: a NaN in a query, a key or the bias is never
+/// hidden by a mask, as in PyTorch, which masks by adding -inf). `S` may be a tile of the slice the
+/// mask describes: its row r is query row `row0 + r` and its column c is key `col0 + c` (a kernel
+/// working on whole slices leaves both 0).
 template <class T>
 void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0 = 0, Index col0 = 0);
 
@@ -86,7 +89,9 @@ void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0 = 0, 
 template <class T>
 void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0, Index col0) {
     if (!mask.any()) return;
-    constexpr T kHidden = -std::numeric_limits<T>::infinity();
+    const auto hide = [](T& s) {
+        if (!std::isnan(s)) s = -std::numeric_limits<T>::infinity();
+    };
     const Index keys = col0 + S.cols();  // the tile's columns are keys [col0, keys)
     // Covered columns of the tile: [0, n); appended keys past masked_keys stay visible.
     const Index n = std::max<Index>(0, std::min(keys, mask.covered(keys)) - col0);
@@ -100,15 +105,15 @@ void apply_score_mask(const ScoreMask<T>& mask, MatrixRef<T> S, Index row0, Inde
         if (mask.mask) {
             const bool* m = mask.mask + i * mask.mask_ld + col0;
             for (Index j = 0; j < n; ++j)
-                if (m[j]) row[j] = kHidden;
+                if (m[j]) hide(row[j]);
         }
         if (mask.key_padding) {
             const bool* pad = mask.key_padding + col0;
             for (Index j = 0; j < n; ++j)
-                if (pad[j]) row[j] = kHidden;
+                if (pad[j]) hide(row[j]);
         }
         for (Index j = std::max<Index>(0, mask.causal_end(i, keys) - col0); j < n; ++j)
-            row[j] = kHidden;
+            hide(row[j]);
     }
 }
 

@@ -4,7 +4,7 @@
 
 #include <Eigen/Core>
 
-#include <cmath>   // std::log
+#include <cmath>   // std::log, std::isnan
 #include <limits>  // std::numeric_limits
 
 #include "../config.hpp"
@@ -19,6 +19,8 @@
 //    additive) become -infinity in S before the softmax; there is no magic large negative value.
 //  - A row whose entries are all -infinity (a query that may attend to nothing) gives an all-zero
 //    row, not NaN, and its gradient is zero.
+//  - NaN in, NaN out: a row holding a NaN (or +infinity, whose exp(s - max) is exp(inf - inf))
+//    becomes all NaN, as in PyTorch; it is never turned into a finite row.
 //  - Both kernels WRITE their output (=), unlike the linear kernels, which accumulate: the softmax
 //    input gradient is an intermediate of attention, never a parameter gradient, and writing lets
 //    it replace dP in place (dS and dP the same buffer) instead of needing a zeroed [L, S] buffer.
@@ -59,7 +61,13 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
         // Softmax is invariant to shifting a row by a constant, so subtract the row max m:
         // exp(s - m) <= 1 cannot overflow (exp(89) already overflows float), and the largest
         // entry contributes exp(0) = 1, so the denominator is >= 1 and never underflows to 0.
-        const T m = S.row(i).maxCoeff();
+        // PropagateNaN: the default maxCoeff() skips a NaN unless it comes first, and the
+        // fix-up below would then write 0 where the score was NaN, hiding it.
+        const T m = S.row(i).template maxCoeff<Eigen::PropagateNaN>();
+        if (std::isnan(m) || m == -kMasked) {  // NaN in, NaN out (torch: the whole row NaN)
+            P.row(i).setConstant(std::numeric_limits<T>::quiet_NaN());
+            continue;
+        }
         if (m == kMasked) {  // every key masked: attend to nothing
             P.row(i).setZero();
             continue;
