@@ -180,6 +180,26 @@ bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0,
     return false;
 }
 
+namespace detail {
+
+/// Whether a tile may be skipped: the mask hides all of it, and computing it could not have
+/// produced a NaN. The library's NaN rule (NaN in, NaN out) holds under masks: a hidden NaN score
+/// stays NaN, and a hidden key's NaN value still reaches the output as 0 * NaN, as in the
+/// materialised kernel. So nothing is skipped when Q, K or V hold a NaN or an infinity
+/// (`finite`, checked once per slice), nor a tile whose bias holds a NaN.
+template <class T>
+bool tile_skippable(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c,
+                    bool finite) {
+    if (!finite || !tile_hidden(mask, S, i0, r, j0, c)) return false;
+    if (mask.bias)
+        for (Index i = i0; i < i0 + r; ++i)
+            for (Index j = j0; j < j0 + c; ++j)
+                if (std::isnan(mask.bias[i * mask.bias_ld + j])) return false;
+    return true;
+}
+
+}  // namespace detail
+
 template <class T>
 void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
                                const ScoreMask<T>& mask, T scale, const Dropout& dropout,
@@ -194,6 +214,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
     T* const tile = scratch;              // [Br, Bc] scores, then probabilities
     T* const m = scratch + Br * Bc;       // [Br] running row max
     T* const l = scratch + Br * Bc + Br;  // [Br] running row sum of exp(S - m)
+    const bool finite = Q.allFinite() && K.allFinite() && V.allFinite();  // may skip tiles
 
     // Algorithm 1, line 3: for each block Q_i of Br query rows ...
     for (Index i0 = 0; i0 < L; i0 += Br) {
@@ -208,7 +229,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
         // line 6: ... and each block K_j, V_j of Bc keys.
         for (Index j0 = 0; j0 < S; j0 += Bc) {
             const Index c = S - j0 < Bc ? S - j0 : Bc;
-            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
             MatrixMap<T> Sij(tile, r, c);  // [r, c]
             // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
             Sij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
@@ -238,11 +259,11 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             Oi.noalias() += Sij * V.middleRows(j0, c);
         }
         // line 12: O_i = diag(l_i)^-1 O~_i;  line 13: L_i = m_i + log(l_i).
-        // A row with no visible key (m = -inf) has O = 0 and LSE = +inf, so that backward's
-        // exp(S - LSE) is 0 for it whatever S holds. A NaN score left m (and so O) NaN.
+        // A row with no visible key (m = -inf) keeps O~ = sum 0 V_j: 0, or NaN where a value
+        // is NaN, as the materialised P V gives; its LSE = +inf, so that backward's exp(S - LSE)
+        // is 0 for it whatever S holds. A NaN score left m (and so O) NaN.
         for (Index k = 0; k < r; ++k) {
             if (m[k] == -kInf) {
-                Oi.row(k).setZero();
                 LSE[i0 + k] = kInf;
                 continue;
             }
@@ -261,11 +282,13 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
     HEADWISE_ASSERT(Q.cols() == K.cols() && LSE.size() == Q.rows());
     HEADWISE_ASSERT(W.rows() == Q.rows() && W.cols() == K.rows());
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    // A NaN row of forward (LSE NaN) is NaN in every column, skipped tiles included.
+    const bool finite = Q.allFinite() && K.allFinite() && !LSE.hasNaN();
     for (Index i0 = 0; i0 < L; i0 += Br) {
         const Index r = L - i0 < Br ? L - i0 : Br;
         for (Index j0 = 0; j0 < S; j0 += Bc) {
             const Index c = S - j0 < Bc ? S - j0 : Bc;
-            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
             MatrixMap<T> Pij(scratch, r, c);  // [r, c]
             // As backward's step: P_ij = exp(scale Q_i K_j^T + mask - L_i), then dropout.
             Pij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
@@ -293,6 +316,9 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
     T* const tile_p = scratch;               // [Br, Bc] P_ij
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
     T* const delta = scratch + 2 * Br * Bc;  // [L]
+    // NaN reaches every gradient the materialised backward would reach, skipped tiles included.
+    const bool finite =
+        Q.allFinite() && K.allFinite() && V.allFinite() && dO.allFinite() && !LSE.hasNaN();
 
     // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
     // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
@@ -309,7 +335,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
         // line 7: ... and each block Q_i of Br query rows.
         for (Index i0 = 0; i0 < L; i0 += Br) {
             const Index r = L - i0 < Br ? L - i0 : Br;
-            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
             auto Qi = Q.middleRows(i0, r);    // [r, D]
             auto dOi = dO.middleRows(i0, r);  // [r, Dv]
             MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
