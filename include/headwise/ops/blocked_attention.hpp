@@ -5,9 +5,10 @@
 
 #include <Eigen/Core>
 
-#include <cmath>    // std::exp, std::log, std::isnan
-#include <cstdint>  // std::uint64_t
-#include <limits>   // std::numeric_limits
+#include <algorithm>  // std::min, std::max
+#include <cmath>      // std::exp, std::log, std::isnan
+#include <cstdint>    // std::uint64_t
+#include <limits>     // std::numeric_limits
 
 #include "../config.hpp"
 #include "../tensor.hpp"
@@ -115,7 +116,11 @@ bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0,
 
 // ------------------------------------------------------------------------------------------------
 
-namespace detail {
+}  // namespace headwise::ops
+
+// Helpers of the blocked kernels (headwise::detail: an ops::detail would hide headwise::detail
+// from the other kernels of headwise::ops).
+namespace headwise::detail {
 
 /// max(a, b), NaN when either is NaN (std::max keeps whichever argument compares first).
 template <class T>
@@ -156,7 +161,9 @@ void exp_rows_from_lse(Tile& P, const Lse& LSE) {
     }
 }
 
-}  // namespace detail
+}  // namespace headwise::detail
+
+namespace headwise::ops {
 
 template <class T>
 bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c) {
@@ -180,25 +187,37 @@ bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0,
     return false;
 }
 
-namespace detail {
+}  // namespace headwise::ops
 
-/// Whether a tile may be skipped: the mask hides all of it, and computing it could not have
-/// produced a NaN. The library's NaN rule (NaN in, NaN out) holds under masks: a hidden NaN score
-/// stays NaN, and a hidden key's NaN value still reaches the output as 0 * NaN, as in the
-/// materialised kernel. So nothing is skipped when Q, K or V hold a NaN or an infinity
-/// (`finite`, checked once per slice), nor a tile whose bias holds a NaN.
+namespace headwise::detail {
+
+/// How many of a tile's c columns (keys j0 .. j0 + c) need computing for rows i0 .. i0 + r: 0
+/// when the mask hides the whole tile, fewer than c when the causal rule hides its trailing
+/// columns from every row (a tile across the diagonal: causal_end grows with the row, so the
+/// last row sees the most), else c. The library's NaN rule (NaN in, NaN out) holds under masks:
+/// a hidden NaN score stays NaN, and a hidden key's NaN value still reaches the output as 0 * NaN,
+/// as in the materialised kernel. So nothing is left out when Q, K or V hold a NaN or an
+/// infinity (`finite`, checked once per slice), nor a hidden part whose bias holds a NaN.
 template <class T>
-bool tile_skippable(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c,
-                    bool finite) {
-    if (!finite || !tile_hidden(mask, S, i0, r, j0, c)) return false;
-    if (mask.bias)
+Index tile_columns(const ops::ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c,
+                   bool finite) {
+    if (!finite) return c;
+    Index n = c;
+    if (ops::tile_hidden(mask, S, i0, r, j0, c)) {
+        n = 0;
+    } else if (mask.causal && j0 + c <= mask.covered(S)) {
+        n = std::min(c, std::max<Index>(0, mask.causal_end(i0 + r - 1, S) - j0));
+    }
+    if (n < c && mask.bias)
         for (Index i = i0; i < i0 + r; ++i)
-            for (Index j = j0; j < j0 + c; ++j)
-                if (std::isnan(mask.bias[i * mask.bias_ld + j])) return false;
-    return true;
+            for (Index j = j0 + n; j < j0 + c; ++j)
+                if (std::isnan(mask.bias[i * mask.bias_ld + j])) return c;
+    return n;
 }
 
-}  // namespace detail
+}  // namespace headwise::detail
+
+namespace headwise::ops {
 
 template <class T>
 void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
@@ -228,8 +247,10 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
         }
         // line 6: ... and each block K_j, V_j of Bc keys.
         for (Index j0 = 0; j0 < S; j0 += Bc) {
-            const Index c = S - j0 < Bc ? S - j0 : Bc;
-            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
+            // Keys the mask hides from every row of the block are left out (a whole tile above
+            // the causal diagonal, the hidden end of a tile across it, a block of padding).
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, std::min(Bc, S - j0), finite);
+            if (c == 0) continue;
             MatrixMap<T> Sij(tile, r, c);  // [r, c]
             // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
             Sij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
@@ -287,8 +308,8 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
     for (Index i0 = 0; i0 < L; i0 += Br) {
         const Index r = L - i0 < Br ? L - i0 : Br;
         for (Index j0 = 0; j0 < S; j0 += Bc) {
-            const Index c = S - j0 < Bc ? S - j0 : Bc;
-            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, std::min(Bc, S - j0), finite);
+            if (c == 0) continue;
             MatrixMap<T> Pij(scratch, r, c);  // [r, c]
             // As backward's step: P_ij = exp(scale Q_i K_j^T + mask - L_i), then dropout.
             Pij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
@@ -327,15 +348,17 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
 
     // line 5: for each block K_j, V_j of Bc keys (dK_j, dV_j accumulate across the inner loop) ...
     for (Index j0 = 0; j0 < S; j0 += Bc) {
-        const Index c = S - j0 < Bc ? S - j0 : Bc;
-        auto Kj = K.middleRows(j0, c);    // [c, D]
-        auto Vj = V.middleRows(j0, c);    // [c, Dv]
-        auto dKj = dK.middleRows(j0, c);  // [c, D]
-        auto dVj = dV.middleRows(j0, c);  // [c, Dv]
-        // line 7: ... and each block Q_i of Br query rows.
+        const Index cj = std::min(Bc, S - j0);
+        // line 7: ... and each block Q_i of Br query rows, with the keys of the block that some
+        // row of Q_i sees (as in forward).
         for (Index i0 = 0; i0 < L; i0 += Br) {
             const Index r = L - i0 < Br ? L - i0 : Br;
-            if (detail::tile_skippable(mask, S, i0, r, j0, c, finite)) continue;
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, cj, finite);
+            if (c == 0) continue;
+            auto Kj = K.middleRows(j0, c);    // [c, D]
+            auto Vj = V.middleRows(j0, c);    // [c, Dv]
+            auto dKj = dK.middleRows(j0, c);  // [c, D]
+            auto dVj = dV.middleRows(j0, c);  // [c, Dv]
             auto Qi = Q.middleRows(i0, r);    // [r, D]
             auto dOi = dO.middleRows(i0, r);  // [r, Dv]
             MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
