@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 """The long-sequence table, the issue's targets and a log-log plot, from one run.
 
-    python3 bench/long_report.py build/release/bench_long.json
-                                 [--torch build/release/bench_long_torch.json]
-                                 [--png build/release/bench_long.png]
+    python3 bench/long_report.py build/bench/long/bench_long.json
+                                 [--torch build/bench/long/bench_long_torch.json]
+                                 [--png build/bench/long/bench_long.png]
 
 Reads bench_long's Google Benchmark JSON (medians) and long_torch.py's JSON. Prints, per mode,
 mask and length, the time and the extra memory of headwise's blocked and materialised kernels and

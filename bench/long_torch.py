@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Times torch.nn.MultiheadAttention on bench_long's shapes and measures its peak memory.
 
-    python3 bench/long_torch.py [--full] [--json build/release/bench_long_torch.json]
+    python3 bench/long_torch.py [--full] [--json build/bench/long/bench_long_torch.json]
                                 [--repetitions 3]
 
 Self-attention, float32, batch_first=True, dropout 0, E = 512, H = 8, one thread:

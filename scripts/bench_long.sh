@@ -7,9 +7,9 @@
 #   bash scripts/bench_long.sh [--full] [-- <Google Benchmark flags>]
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench_long.sh     without torch
 #
-# scripts/bench.sh runs it after its own set (the same --full). Expects the release preset to be
-# configured (scripts/bench.sh does it); builds bench_long. Writes build/release/bench_long.json,
-# build/release/bench_long_torch.json and build/release/bench_long.png.
+# scripts/bench.sh runs it after its own set (the same --full). Builds bench/bench_long in
+# build/bench/long (Release, -march=native, the default Eigen GEMM backend, one thread) and writes
+# build/bench/long/bench_long.json, bench_long_torch.json and bench_long.png there.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,14 +26,19 @@ while (($# > 0)); do
     shift
 done
 
-build=build/release
-[[ -f "${build}/CMakeCache.txt" ]] ||
-    cmake --preset release -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF
-cmake --build --preset release --target bench_long
+build=build/bench/long
+echo "headwise: configuring and building ${build} (Release -march=native)"
+cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release -DHEADWISE_BUILD_TESTS=OFF \
+    -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON -DHEADWISE_BLAS=OFF \
+    -DCMAKE_CXX_FLAGS=-march=native >/dev/null
+cmake --build "${build}" --target bench_long -j2
 
-# One thread on both sides: the targets are single-thread figures.
+# One thread on both sides: the targets are single-thread figures. glibc's malloc thresholds
+# pinned at their settled values, as scripts/bench.sh does.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "${build}/CMakeCache.txt")"
+malloc_settled="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
+export GLIBC_TUNABLES="${malloc_settled}${GLIBC_TUNABLES:+:${GLIBC_TUNABLES}}"
+build_type=Release
 json="${build}/bench_long.json"
 started=${SECONDS}
 echo "headwise: running ${build}/bench/bench_long (full=${full}, 3 repetitions)"

@@ -31,6 +31,7 @@
 #include "ops/cached_attention.hpp"
 #include "ops/blocked_attention.hpp"
 #include "ops/dropout.hpp"
+#include "ops/gemm.hpp"
 #include "ops/layer_norm.hpp"
 #include "ops/linear.hpp"
 #include "ops/score_mask.hpp"

@@ -9,6 +9,7 @@
 #include "../config.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
+#include "gemm.hpp"
 #include "score_mask.hpp"
 #include "softmax.hpp"
 
@@ -61,7 +62,7 @@ void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<
     HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
     HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
     // 1. S = scale * Q K^T, into P's storage.
-    P.noalias() = scale * (Q * K.transpose());
+    gemm<T>(scale, Q, Op::none, K, Op::transpose, T(0), P);
     // 2. bias and masks.
     apply_score_mask(mask, P);
     // 3. P = softmax(S), row by row.
@@ -69,9 +70,9 @@ void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<
     // 4. A = dropout(P); 5. O = A V.
     if (dropout.active()) {
         dropout_apply(dropout, dropout_stream, P, A);
-        O.noalias() = A * V;
+        gemm<T>(T(1), A, Op::none, V, Op::none, T(0), O);
     } else {
-        O.noalias() = P * V;
+        gemm<T>(T(1), P, Op::none, V, Op::none, T(0), O);
     }
 }
 
@@ -84,11 +85,11 @@ void attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef
     // 5. O = A V  ->  dV += A^T dO, dA = dO V^T.
     if (dropout.active()) {
         dropout_apply(dropout, dropout_stream, P, scratch);  // A, regenerated from the seed
-        dV.noalias() += scratch.transpose() * dO;
+        gemm<T>(T(1), scratch, Op::transpose, dO, Op::none, T(1), dV);
     } else {
-        dV.noalias() += P.transpose() * dO;
+        gemm<T>(T(1), P, Op::transpose, dO, Op::none, T(1), dV);
     }
-    scratch.noalias() = dO * V.transpose();  // dA  [L, S]
+    gemm<T>(T(1), dO, Op::none, V, Op::transpose, T(0), scratch);  // dA  [L, S]
     // 4. A = dropout(P)  ->  dP = dA ⊙ M / (1 - p), the same mask.
     if (dropout.active()) dropout_apply(dropout, dropout_stream, scratch, scratch);
     // 3. P = softmax(S)  ->  dS = P ⊙ (dP - rowsum(dP ⊙ P)); masked and fully masked entries
@@ -96,8 +97,8 @@ void attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef
     softmax_backward<T>(P, scratch, scratch);
     // 2. the additive bias and the masks pass gradients through unchanged or not at all.
     // 1. S = scale Q K^T  ->  dQ += scale dS K,  dK += scale dS^T Q.
-    dQ.noalias() += scale * (scratch * K);
-    dK.noalias() += scale * (scratch.transpose() * Q);
+    gemm<T>(scale, scratch, Op::none, K, Op::none, T(1), dQ);
+    gemm<T>(scale, scratch, Op::transpose, Q, Op::none, T(1), dK);
 }
 
 }  // namespace headwise::ops

@@ -13,6 +13,7 @@
 #include "../config.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
+#include "gemm.hpp"
 #include "score_mask.hpp"
 
 // The same attention as ops/attention.hpp (Vaswani et al. 2017, Eq. 1),
@@ -253,7 +254,8 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             if (c == 0) continue;
             MatrixMap<T> Sij(tile, r, c);  // [r, c]
             // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
-            Sij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
+            gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose, T(0),
+                    Sij);
             apply_score_mask(mask, MatrixRef<T>(Sij), i0, j0);
             // line 9: m_new = max(m_old, rowmax(S_ij)),  P~_ij = exp(S_ij - m_new),
             //         l_new = exp(m_old - m_new) l_old + rowsum(P~_ij).
@@ -277,7 +279,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             // Dropout on the unnormalised probabilities: dropout(P~) / l = dropout(P~ / l), the
             // same mask as the materialised path (entry (i0 + k, j0 + j) of the stream).
             if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Sij, Sij);
-            Oi.noalias() += Sij * V.middleRows(j0, c);
+            gemm<T>(T(1), Sij, Op::none, V.middleRows(j0, c), Op::none, T(1), Oi);
         }
         // line 12: O_i = diag(l_i)^-1 O~_i;  line 13: L_i = m_i + log(l_i).
         // A row with no visible key (m = -inf) keeps O~ = sum 0 V_j: 0, or NaN where a value
@@ -364,7 +366,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
             MatrixMap<T> Dij(tile_d, r, c);   // [r, c]
             // line 9: S_ij = scale Q_i K_j^T (+ bias, masks), as in forward.
-            Pij.noalias() = scale * (Qi * Kj.transpose());
+            gemm<T>(scale, Qi, Op::none, Kj, Op::transpose, T(0), Pij);
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
             // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
             // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
@@ -372,19 +374,19 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
             if (dropout.active()) {
                 dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);
-                dVj.noalias() += Dij.transpose() * dOi;
+                gemm<T>(T(1), Dij, Op::transpose, dOi, Op::none, T(1), dVj);
             } else {
-                dVj.noalias() += Pij.transpose() * dOi;
+                gemm<T>(T(1), Pij, Op::transpose, dOi, Op::none, T(1), dVj);
             }
             // line 12: dA_ij = dO_i V_j^T, then dP_ij = dropout(dA_ij) with the same mask.
-            Dij.noalias() = dOi * Vj.transpose();
+            gemm<T>(T(1), dOi, Op::none, Vj, Op::transpose, T(0), Dij);
             if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
             // line 13: dS_ij = P_ij ⊙ (dP_ij - Delta_i). Hidden entries have P = 0: no gradient.
             for (Index k = 0; k < r; ++k)
                 Dij.row(k) = (Pij.row(k).array() * (Dij.row(k).array() - delta[i0 + k])).matrix();
             // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
-            dQ.middleRows(i0, r).noalias() += scale * (Dij * Kj);
-            dKj.noalias() += scale * (Dij.transpose() * Qi);
+            gemm<T>(scale, Dij, Op::none, Kj, Op::none, T(1), dQ.middleRows(i0, r));
+            gemm<T>(scale, Dij, Op::transpose, Qi, Op::none, T(1), dKj);
         }
     }
 }
