@@ -314,7 +314,8 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
             if (c == 0) continue;
             MatrixMap<T> Pij(scratch, r, c);  // [r, c]
             // As backward's step: P_ij = exp(scale Q_i K_j^T + mask - L_i), then dropout.
-            Pij.noalias() = scale * (Q.middleRows(i0, r) * K.middleRows(j0, c).transpose());
+            gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose, T(0),
+                    Pij);
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
             detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
             if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Pij, Pij);
