@@ -19,6 +19,9 @@ resident set just before them, after the module, input, gradient and mask are bu
 heap memory is handed back to the system (glibc malloc_trim); the peak is VmHWM of
 /proc/self/status, reset by writing 5 to /proc/self/clear_refs. torch on the CPU allocates through
 glibc's malloc, as headwise does, so the two are measured alike.
+torch's GEMMs run in OpenBLAS (Debian's torch), which picks its kernels and cache sizes for the
+CPU: an OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE inherited from the environment (Haswell would hold
+it to AVX2 kernels) is dropped, as scripts/bench.sh does, unless --keep-openblas-env.
 Without torch it says so and exits 0.
 """
 
@@ -103,15 +106,25 @@ def main(argv=None):
     parser.add_argument("--full", action="store_true", help="L from 256 to 8192")
     parser.add_argument("--json", help="write the results here (read by bench/long_report.py)")
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--keep-openblas-env", action="store_true",
+                        help="keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE from the environment")
     args = parser.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    dropped = {}
+    if not args.keep_openblas_env:
+        for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+            if var in os.environ:
+                dropped[var] = os.environ.pop(var)
     try:
         import torch
     except ImportError:
         print("long_torch: torch not available: skipping")
         return 0
     torch.set_num_threads(1)
+    if dropped:
+        print("long_torch: not applied from the environment: %s (OpenBLAS chooses for this CPU)"
+              % ", ".join("%s=%s" % kv for kv in sorted(dropped.items())))
     lengths = FULL_LENGTHS if args.full else DEFAULT_LENGTHS
     cases = [(mode, causal, 1, L) for mode in ("forward_eval", "training")
              for causal in (False, True) for L in lengths]
@@ -123,7 +136,8 @@ def main(argv=None):
             mode, r["mask"], B, L, r["ms"], r["extra_MiB"]), flush=True)
         results.append(r)
     context = {"torch_version": torch.__version__, "threads": torch.get_num_threads(),
-               "timing": "cpu", "memory": "extra_MiB = peak VmHWM - VmRSS before (malloc_trim)"}
+               "timing": "cpu", "memory": "extra_MiB = peak VmHWM - VmRSS before (malloc_trim)",
+               "openblas_env_dropped": dropped}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
