@@ -13,6 +13,11 @@
 //                                                           the projections alone, no attention
 //   roofline/fma_peak/<scalar>                              independent FMAs in registers, one
 //                                                           core: what the machine can reach
+//   mha_threads/<operation>/fused/<scalar>/B:_/L:_/E:_/H:_/T:_   with more than one thread
+//                                                           (OpenMP's, or OpenBLAS's): the layer
+//                                                           on T = 1, 2, ... threads, by wall
+//                                                           time, cases interleaved: what a
+//                                                           second thread is worth
 // Operations:
 //   forward_eval      module.eval(): the inference path, saves nothing for backward
 //   forward_train     module.train(): forward that also saves what backward needs
@@ -199,6 +204,19 @@ void bm_mha(benchmark::State& state, Operation op, Projection projection) {
     set_flop_counters(state, operation_flop(op, p));
 }
 
+/// The layer on a given number of threads: OpenMP's in an OpenMP build, else OpenBLAS's own.
+/// The 1 and 2-thread cases of one program interleave, so that their ratio is measured side by
+/// side, by wall time both. (Run these cases on their own: each leaves its thread count set.)
+template <class T>
+void bm_mha_threads(benchmark::State& state, Operation op) {
+#if HEADWISE_PARALLEL
+    omp_set_num_threads(static_cast<int>(state.range(4)));
+#elif HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(static_cast<int>(state.range(4)));
+#endif
+    bm_mha<T>(state, op, Projection::fused);
+}
+
 // ---- what the layer can reach: the fused projection as one bare GEMM ----------------------------
 
 template <class T>
@@ -349,6 +367,23 @@ void register_roofline(const std::vector<Problem>& problems) {
     }
 }
 
+/// mha_threads/<operation>/fused/<scalar>/B:_/L:_/E:_/H:_/T:_ for T in 1 .. max_threads():
+/// the main shapes' forward_eval and forward_backward per thread count, by wall time.
+template <class T>
+void register_threads() {
+    for (const Problem& p : kMainShapes)
+        for (Operation op : {Operation::forward_eval, Operation::forward_backward})
+            for (int threads = 1; threads <= gemm_threads(); ++threads) {
+                const std::string name =
+                    std::string("mha_threads/") + to_string(op) + "/fused/" + scalar_name<T>();
+                benchmark::RegisterBenchmark(name.c_str(), bm_mha_threads<T>, op)
+                    ->Args({p.B, p.L, p.E, p.H, threads})
+                    ->ArgNames({"B", "L", "E", "H", "T"})
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+            }
+}
+
 template <class T>
 void register_scalar(bool full) {
     std::vector<Problem> sweep;
@@ -406,6 +441,7 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
 
     register_scalar<float>(full);
+    if (gemm_threads() > 1) register_threads<float>();
     if (full) register_scalar<double>(full);
 
     // What the figures depend on. scripts/bench.sh adds build_type and threads itself

@@ -78,10 +78,16 @@ def load_results(path):
         parts, args = parse_name(r.get("run_name", r["name"]))
         record = {
             "ms": r[clock] * TIME_TO_MS[r.get("time_unit", "ns")],
+            "wall_ms": r.get("real_time", float("nan")) * TIME_TO_MS[r.get("time_unit", "ns")],
             "flops": r.get("FLOP/s", float("nan")),
             "label": r.get("label", ""),
         }
-        if parts[:1] == ["mha"] and len(parts) == 4:
+        if parts[:1] == ["mha_threads"] and len(parts) == 4:
+            # The layer on T threads (wall time): kept as mha_threads[(operation, problem, T)].
+            _, operation, projection, scalar = parts
+            problem = (args["B"], args["L"], args["E"], args["H"])
+            mha.setdefault("threads", {})[(operation, scalar, problem, args["T"])] = record
+        elif parts[:1] == ["mha"] and len(parts) == 4:
             _, operation, projection, scalar = parts
             problem = (args["B"], args["L"], args["E"], args["H"])
             mha[(operation, projection, scalar, problem)] = record
@@ -96,6 +102,16 @@ def load_results(path):
     for record in peak.values():
         # The peak is the best repetition when it was reported, else the median.
         record["flops"] = record.get("best_flops") or record.get("flops", float("nan"))
+    threads = mha.pop("threads", {})
+    if threads:
+        # A run on several thread counts: its layer rows are the largest count's, and each row
+        # keeps the 1-thread wall time of the same program for the speed-up.
+        top = max(t for (_, _, _, t) in threads)
+        for (operation, scalar, problem, t), record in threads.items():
+            if t == top:
+                one = threads.get((operation, scalar, problem, 1))
+                record = dict(record, one_thread_wall_ms=one and one["wall_ms"])
+                mha[(operation, "fused", scalar, problem)] = record
     return data.get("context", {}), mha, gemm, peak
 
 
@@ -436,21 +452,32 @@ def summary(run_paths, torch_paths):
                 return run
         return None
 
-    def ratios(slow, fast, op):
+    def ratios(slow, fast, op, field="ms"):
         """time(slow) / time(fast) per main shape, both runs having it."""
         out = []
         for p in MAIN_SHAPES:
-            a = slow and get(slow["mha"], op, "fused", scalar, p)
-            b = fast and get(fast["mha"], op, "fused", scalar, p)
+            a = slow and get(slow["mha"], op, "fused", scalar, p, field)
+            b = fast and get(fast["mha"], op, "fused", scalar, p, field)
             if a and b:
                 out.append((p, a / b))
+        return out
+
+    def speedups(run, op):
+        """1-thread wall time / T-thread wall time per main shape, within one program's run."""
+        out = []
+        for p in MAIN_SHAPES:
+            r = run and run["mha"].get((op, "fused", scalar, p))
+            if r and r.get("one_thread_wall_ms") and r.get("wall_ms"):
+                out.append((p, r["one_thread_wall_ms"] / r["wall_ms"]))
         return out
 
     def ratio_line(pairs):
         return ", ".join("%s %.2f" % (shape_str(p), r) for p, r in pairs) or "-"
 
     print()
-    print("What each choice is worth (time ratios of medians, same run, per main shape):")
+    print("What each choice is worth (time ratios of medians, same run, per main shape; the")
+    print("speed-ups from a second thread: wall time on 1 thread / on 2, the same program, cases")
+    print("interleaved):")
     for title, slow, fast in (
             ("no -march / -march=native, Eigen backend", "eigen-portable", "eigen-native"),
             ("no -march / -march=native, CBLAS backend", "cblas-portable", "cblas-native"),
@@ -469,7 +496,7 @@ def summary(run_paths, torch_paths):
             if t == 2 and how in h:
                 two = run
         for op, short in (("forward_eval", "fwd"), ("forward_backward", "f+b")):
-            pairs = ratios(one, two, op)
+            pairs = speedups(two, op)
             if pairs:
                 print("  %-42s %s: %s" % ("speed-up 1 -> " + label, short, ratio_line(pairs)))
 
@@ -546,7 +573,7 @@ def summary(run_paths, torch_paths):
     best = None
     for (b, t, h), run in by_build.items():
         if t == 2 and one:
-            pairs = dict(ratios(one, run, "forward_backward"))
+            pairs = dict(speedups(run, "forward_backward"))
             if key in pairs and (best is None or pairs[key] > best[0]):
                 best = (pairs[key], h)
     if best:
