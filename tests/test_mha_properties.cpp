@@ -31,8 +31,11 @@ constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
 
 /// A module of the case's options and projection, every parameter random, in the case's mode.
 template <class T>
-MultiheadAttention<T> make_module(const MhaCase& k, Projection p) {
-    MultiheadAttention<T> m(k.config.options(p), k.seed);
+MultiheadAttention<T> make_module(const MhaCase& k, Projection p,
+                                  AttentionKernel kernel = AttentionKernel::automatic) {
+    MultiheadAttentionOptions options = k.config.options(p);
+    options.attention_kernel = kernel;
+    MultiheadAttention<T> m(options, k.seed);
     test::randomize_parameters(m, k.seed + 1);
     m.train(k.training);
     return m;
@@ -96,10 +99,44 @@ void check_reference_agrees(const MhaCase& k) {
     }
 }
 
+/// The blocked kernel gives the materialised kernel's output, weights and gradients, dropout
+/// included (both draw the same counter-based mask), to Tol<T>::rel. One projection per case,
+/// in turn (the projections are compared above).
+template <class T>
+void check_kernels_agree(const MhaCase& k) {
+    INFO(k.str());
+    const Projection p = kProjections[k.seed % 3];
+    CAPTURE(to_string(p));
+    const test::MhaData<T> d = test::make_case_data<T>(k);
+    MultiheadAttention<T> materialised = make_module<T>(k, p, AttentionKernel::materialised);
+    MultiheadAttention<T> blocked = make_module<T>(k, p, AttentionKernel::blocked);
+    const AttentionForward<T> fm = run(materialised, d);
+    const AttentionForward<T> fb = run(blocked, d);
+    HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<T>::rel);
+    REQUIRE(fb.attn_weights.shape() == fm.attn_weights.shape());
+    HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights, Tol<T>::rel);
+    if (!k.training) return;
+    std::mt19937_64 rng(k.seed + 2);
+    const Tensor<T> dy = Tensor<T>::randn(fm.output.shape(), rng);
+    const AttentionGradients<T> gm = materialised.backward(fm, dy);
+    const AttentionGradients<T> gb = blocked.backward(fb, dy);
+    HEADWISE_CHECK_CLOSE(gb.query, gm.query, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(gb.key, gm.key, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(gb.value, gm.value, Tol<T>::rel);
+    const auto grads_m = materialised.grad_dict();
+    for (const auto& [name, grad] : blocked.grad_dict()) {
+        CAPTURE(name);
+        HEADWISE_CHECK_CLOSE(grad, grads_m.at(name), Tol<T>::rel);
+    }
+}
+
 /// Every input and parameter gradient of the double module against central differences of its
 /// own forward (a fresh module per evaluation: the same dropout mask every time).
-GradcheckResult gradcheck_case(const MhaCase& k, Projection p) {
+GradcheckResult gradcheck_case(const MhaCase& k, Projection p,
+                               AttentionKernel kernel = AttentionKernel::automatic) {
     const MhaConfig& c = k.config;
+    MultiheadAttentionOptions module_options = c.options(p);
+    module_options.attention_kernel = kernel;
     const test::MhaData<double> d = test::make_case_data<double>(k);
     const auto sd0 = make_module<double>(k, p).state_dict();
     std::vector<std::string> names;
@@ -119,12 +156,12 @@ GradcheckResult gradcheck_case(const MhaCase& k, Projection p) {
         return m.forward(x[0], k_, n_args > 2 ? x[2] : k_, d.masks);
     };
     const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
-        MultiheadAttention<double> m(c.options(p), k.seed);
+        MultiheadAttention<double> m(module_options, k.seed);
         return forward(x, m).output;
     };
     const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
                                       const Tensor<double>& dy) {
-        MultiheadAttention<double> m(c.options(p), k.seed);
+        MultiheadAttention<double> m(module_options, k.seed);
         const AttentionGradients<double> g = m.backward(forward(x, m), dy);
         // A tensor passed as several arguments has the sum of their gradients.
         Tensor<double> dq = g.query, dk = g.key;
@@ -185,6 +222,39 @@ TEST_CASE("random configurations: gradients match central differences on a sampl
         INFO(k.str());
         CAPTURE(to_string(p));
         const GradcheckResult r = gradcheck_case(k, p);
+        INFO("worst: " << r.where << " (relative " << r.max_rel_error << ", " << r.checked
+                       << " partials)");
+        CHECK(r.max_rel_error <= 1e-6);
+        ++checked;
+    }
+    CHECK(checked > 0);
+}
+
+TEST_CASE("random configurations: the blocked and materialised kernels agree in double",
+          "[mha][properties][blocked]") {
+    for (const std::uint64_t seed : test::property_seeds(kCases))
+        check_kernels_agree<double>(test::random_case(seed));
+}
+
+TEST_CASE("random configurations: the blocked and materialised kernels agree in float",
+          "[mha][properties][blocked]") {
+    for (const std::uint64_t seed : test::property_seeds(kCases))
+        check_kernels_agree<float>(test::random_case(seed));
+}
+
+TEST_CASE("random configurations: blocked gradients match central differences on a sample",
+          "[mha][properties][gradcheck][blocked]") {
+    // Every 10th case (another tenth than above) in training mode, the blocked kernel forced.
+    Index checked = 0;
+    const std::vector<std::uint64_t> seeds = test::property_seeds(kCases);
+    for (const std::uint64_t seed : seeds) {
+        if (seeds.size() > 1 && seed % 10 != 5) continue;
+        MhaCase k = test::random_case(seed);
+        k.training = true;
+        const Projection p = kProjections[seed / 10 % 3];
+        INFO(k.str());
+        CAPTURE(to_string(p));
+        const GradcheckResult r = gradcheck_case(k, p, AttentionKernel::blocked);
         INFO("worst: " << r.where << " (relative " << r.max_rel_error << ", " << r.checked
                        << " partials)");
         CHECK(r.max_rel_error <= 1e-6);
