@@ -13,14 +13,14 @@
 #if __has_include(<nlohmann/json.hpp>)
 #include "io/safetensors.hpp"
 #endif
-#include "layers/attention_options.hpp"
+#include "layers/attention/multihead_attention.hpp"
+#include "layers/attention/options.hpp"
 #include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
 #include "layers/module.hpp"
-#include "layers/multihead_attention.hpp"
 #include "layers/relu.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 #include "losses/cross_entropy.hpp"
