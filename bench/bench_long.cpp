@@ -108,24 +108,14 @@ void bm_long(benchmark::State& state, Mode mode, AttentionKernel kernel, bool ca
                  e = static_cast<double>(kE);
     double flop = 8.0 * b * l * e * e + 4.0 * b * l * l * e * (causal ? 0.5 : 1.0);
     if (mode == Mode::training) flop *= 3.0;
-    state.counters["FLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
-}
-
-const char* kernel_name(AttentionKernel k) {
-    switch (k) {
-        case AttentionKernel::automatic:
-            return "automatic";
-        case AttentionKernel::blocked:
-            return "blocked";
-        case AttentionKernel::materialised:
-            return "materialised";
-    }
-    return "unknown";
+    state.counters["FLOP/s"] =
+        benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_case(Mode mode, AttentionKernel kernel, bool causal, Index B, Index L) {
-    const std::string name = std::string("long/") + to_string(mode) + "/" + kernel_name(kernel) +
-                             "/" + (causal ? "causal" : "none") + "/float";
+    const std::string name = std::string("long/") + to_string(mode) + "/" +
+                             headwise::to_string(kernel) + "/" + (causal ? "causal" : "none") +
+                             "/float";
     // Long cases cost seconds per call: a fixed count of calls per repetition (no estimation
     // run); short ones run for the minimum time.
     const double cost = static_cast<double>(B) * static_cast<double>(L) * static_cast<double>(L) *
@@ -168,8 +158,8 @@ int main(int argc, char** argv) {
                 for (Index L : lengths) register_case(mode, kernel, causal, 1, L);
     // Short sequences, many of them: where materialising [L, S] is cheap.
     for (Mode mode : {Mode::forward_eval, Mode::training})
-        for (AttentionKernel kernel : {AttentionKernel::blocked, AttentionKernel::materialised,
-                                       AttentionKernel::automatic})
+        for (AttentionKernel kernel :
+             {AttentionKernel::blocked, AttentionKernel::materialised, AttentionKernel::automatic})
             register_case(mode, kernel, false, 8, 128);
 
     benchmark::AddCustomContext("headwise_set", full ? "full" : "default");

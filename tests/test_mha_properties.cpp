@@ -99,27 +99,33 @@ void check_reference_agrees(const MhaCase& k) {
     }
 }
 
-/// The blocked kernel gives the materialised kernel's output, weights and gradients, dropout
-/// included (both draw the same counter-based mask), to Tol<T>::rel. One projection per case,
-/// in turn (the projections are compared above).
+/// The blocked kernel in T gives the output, weights and gradients of the materialised kernel in
+/// double, dropout included (both draw the same counter-based mask), to Tol<T>::rel: in double the
+/// two kernels agree to rounding, in float the blocked kernel is as close to the double result as
+/// float allows (two float computations that differ in their summation order would each carry
+/// their own rounding). One projection per case, in turn (the projections are compared above).
 template <class T>
 void check_kernels_agree(const MhaCase& k) {
     INFO(k.str());
     const Projection p = kProjections[k.seed % 3];
     CAPTURE(to_string(p));
-    const test::MhaData<T> d = test::make_case_data<T>(k);
-    MultiheadAttention<T> materialised = make_module<T>(k, p, AttentionKernel::materialised);
+    const test::MhaData<double> dm = test::make_case_data<double>(k);
+    const test::MhaData<T> db = test::make_case_data<T>(k);
+    MultiheadAttention<double> materialised =
+        make_module<double>(k, p, AttentionKernel::materialised);
     MultiheadAttention<T> blocked = make_module<T>(k, p, AttentionKernel::blocked);
-    const AttentionForward<T> fm = run(materialised, d);
-    const AttentionForward<T> fb = run(blocked, d);
+    const AttentionForward<double> fm = run(materialised, dm);
+    const AttentionForward<T> fb = run(blocked, db);
     HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<T>::rel);
     REQUIRE(fb.attn_weights.shape() == fm.attn_weights.shape());
     HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights, Tol<T>::rel);
     if (!k.training) return;
     std::mt19937_64 rng(k.seed + 2);
-    const Tensor<T> dy = Tensor<T>::randn(fm.output.shape(), rng);
-    const AttentionGradients<T> gm = materialised.backward(fm, dy);
-    const AttentionGradients<T> gb = blocked.backward(fb, dy);
+    const Tensor<double> dy = Tensor<double>::randn(fm.output.shape(), rng);
+    Tensor<T> dy_t(dy.shape());
+    for (Index i = 0; i < dy.numel(); ++i) dy_t.data()[i] = static_cast<T>(dy.data()[i]);
+    const AttentionGradients<double> gm = materialised.backward(fm, dy);
+    const AttentionGradients<T> gb = blocked.backward(fb, dy_t);
     HEADWISE_CHECK_CLOSE(gb.query, gm.query, Tol<T>::rel);
     HEADWISE_CHECK_CLOSE(gb.key, gm.key, Tol<T>::rel);
     HEADWISE_CHECK_CLOSE(gb.value, gm.value, Tol<T>::rel);
@@ -245,11 +251,16 @@ TEST_CASE("random configurations: the blocked and materialised kernels agree in 
 TEST_CASE("random configurations: blocked gradients match central differences on a sample",
           "[mha][properties][gradcheck][blocked]") {
     // Every 10th case (another tenth than above) in training mode, the blocked kernel forced.
+    // Cases with one key are left out: each query then has dQ = 0 exactly, which the blocked
+    // backward's Delta = rowsum(dO O) (FlashAttention-2's shortcut for rowsum(dP P)) leaves as
+    // rounding, about 1e-16, and gradcheck's relative measure has no scale to judge that by when
+    // the whole true gradient is zero. The kernel agreement above covers those cases.
     Index checked = 0;
     const std::vector<std::uint64_t> seeds = test::property_seeds(kCases);
     for (const std::uint64_t seed : seeds) {
         if (seeds.size() > 1 && seed % 10 != 5) continue;
         MhaCase k = test::random_case(seed);
+        if (seeds.size() > 1 && k.Sx() == 1) continue;
         k.training = true;
         const Projection p = kProjections[seed / 10 % 3];
         INFO(k.str());
