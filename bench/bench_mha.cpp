@@ -4,13 +4,20 @@
 // Three kinds of cases, all in this one program so that their figures come from one run:
 //   mha/<operation>/<projection>/<scalar>/B:_/L:_/E:_/H:_   the layer, self-attention (q = k = v)
 //   roofline/gemm_qkv/<scalar>/B:_/L:_/E:_                  Y[B L, 3E] = X[B L, E] W[3E, E]^T,
-//                                                           the fused projection as a bare Eigen
-//                                                           GEMM: what the layer can reach
+//                                                           the fused projection as one bare
+//                                                           ops::gemm (the backend this program
+//                                                           is built with): what the layer can
+//                                                           reach
 //   roofline/gemm_separate/<scalar>/B:_/L:_/E:_             the same products as 3 GEMMs,
 //   roofline/gemm_per_head/<scalar>/B:_/L:_/E:_/H:_         and as 3H GEMMs of [D, E] blocks:
 //                                                           the projections alone, no attention
 //   roofline/fma_peak/<scalar>                              independent FMAs in registers, one
 //                                                           core: what the machine can reach
+//   mha_threads/<operation>/fused/<scalar>/B:_/L:_/E:_/H:_/T:_   with more than one thread
+//                                                           (OpenMP's, or OpenBLAS's): the layer
+//                                                           on T = 1, 2, ... threads, by wall
+//                                                           time, cases interleaved: what a
+//                                                           second thread is worth
 // Operations:
 //   forward_eval      module.eval(): the inference path, saves nothing for backward
 //   forward_train     module.train(): forward that also saves what backward needs
@@ -18,8 +25,9 @@
 //   forward_backward  module.train(): a training forward and its backward, per iteration
 // Timing: single-threaded (the default build), each case is timed by CPU time (of the thread that
 // runs it and does all its work), which leaves out the time it waits for a core while other
-// processes run; on an idle machine it equals wall time. With OpenMP and more than one thread,
-// by wall time (UseRealTime), since one thread's CPU time would miss the others' work. Every case
+// processes run; on an idle machine it equals wall time. With more than one thread (OpenMP, or
+// the BLAS's own threads), by wall time (UseRealTime), since one thread's CPU time would miss the
+// others' work. Every case
 // counts FLOP/s over that time:
 // self-attention forward is 8 B L E^2 (Q, K, V and output projections) + 4 B L S E (Q K^T and
 // P V, S = L); backward is twice the forward. A call allocates what a user's call allocates (its
@@ -40,7 +48,7 @@
 
 #include <Eigen/Core>
 
-#include <algorithm>  // std::max_element
+#include <algorithm>  // std::max, std::max_element
 #include <cstdint>    // std::int64_t
 #include <cstdlib>    // std::getenv
 #include <cstring>    // std::strcmp
@@ -52,8 +60,10 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
+#include <headwise/detail/parallel.hpp>
 #include <headwise/headwise.hpp>
 #include <headwise/layers/multihead_attention.hpp>
+#include <headwise/ops/gemm.hpp>
 
 #include "bench_peak.hpp"
 
@@ -61,6 +71,7 @@ namespace {
 
 using headwise::Index;
 using headwise::Projection;
+using headwise::ops::Op;
 
 /// One self-attention problem: batch, sequence length, embedding dimension, heads.
 struct Problem {
@@ -193,6 +204,19 @@ void bm_mha(benchmark::State& state, Operation op, Projection projection) {
     set_flop_counters(state, operation_flop(op, p));
 }
 
+/// The layer on a given number of threads: OpenMP's in an OpenMP build, else OpenBLAS's own.
+/// The 1 and 2-thread cases of one program interleave, so that their ratio is measured side by
+/// side, by wall time both. (Run these cases on their own: each leaves its thread count set.)
+template <class T>
+void bm_mha_threads(benchmark::State& state, Operation op) {
+#if HEADWISE_PARALLEL
+    omp_set_num_threads(static_cast<int>(state.range(4)));
+#elif HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(static_cast<int>(state.range(4)));
+#endif
+    bm_mha<T>(state, op, Projection::fused);
+}
+
 // ---- what the layer can reach: the fused projection as one bare GEMM ----------------------------
 
 template <class T>
@@ -203,11 +227,9 @@ void bm_gemm_qkv(benchmark::State& state) {
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{B * L, E}, rng);  // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * E, E}, rng);  // [3E, E]
     headwise::Tensor<T> y(headwise::Shape{B * L, 3 * E});                       // [B L, 3E]
-    const auto X = x.matrix();
-    const auto W = w.matrix();
-    auto Y = y.matrix();
     for (auto _ : state) {
-        Y.noalias() = X * W.transpose();
+        headwise::ops::gemm<T>(T(1), x.matrix(), Op::none, w.matrix(), Op::transpose, T(0),
+                               y.matrix());
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
@@ -224,12 +246,11 @@ void bm_gemm_separate(benchmark::State& state) {
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{B * L, E}, rng);  // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * E, E}, rng);  // [3E, E]
     headwise::Tensor<T> y(headwise::Shape{3, B * L, E});                        // [3, B L, E]
-    const auto X = x.matrix();
     for (auto _ : state) {
-        for (Index i = 0; i < 3; ++i) {
-            headwise::MatrixMap<T> Y(y.data() + i * B * L * E, B * L, E);
-            Y.noalias() = X * w.matrix().middleRows(i * E, E).transpose();
-        }
+        for (Index i = 0; i < 3; ++i)
+            headwise::ops::gemm<T>(T(1), x.matrix(), Op::none, w.matrix().middleRows(i * E, E),
+                                   Op::transpose, T(0),
+                                   headwise::MatrixMap<T>(y.data() + i * B * L * E, B * L, E));
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
@@ -247,12 +268,11 @@ void bm_gemm_per_head(benchmark::State& state) {
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{N, p.E}, rng);        // [B L, E]
     const auto w = headwise::Tensor<T>::randn(headwise::Shape{3 * p.E, p.E}, rng);  // [3E, E]
     headwise::Tensor<T> y(headwise::Shape{3 * p.H, N, D});                          // [3H, B L, D]
-    const auto X = x.matrix();
     for (auto _ : state) {
-        for (Index i = 0; i < 3 * p.H; ++i) {
-            headwise::MatrixMap<T> Y(y.data() + i * N * D, N, D);
-            Y.noalias() = X * w.matrix().middleRows(i * D, D).transpose();
-        }
+        for (Index i = 0; i < 3 * p.H; ++i)
+            headwise::ops::gemm<T>(T(1), x.matrix(), Op::none, w.matrix().middleRows(i * D, D),
+                                   Op::transpose, T(0),
+                                   headwise::MatrixMap<T>(y.data() + i * N * D, N, D));
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
@@ -279,8 +299,17 @@ void bm_fma_peak(benchmark::State& state) {
 
 // ---- registration -------------------------------------------------------------------------------
 
+/// Threads a GEMM may run on: headwise's OpenMP threads, or the BLAS's own (OpenBLAS tells).
+int gemm_threads() {
+    int threads = headwise::detail::max_threads();
+#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    threads = std::max(threads, openblas_get_num_threads());
+#endif
+    return threads;
+}
+
 /// Wall time when the kernels run on several threads, else CPU time.
-bool wall_time() { return Eigen::nbThreads() > 1; }
+bool wall_time() { return gemm_threads() > 1; }
 
 /// Applies what every case shares: milliseconds (unless `unit` says otherwise) and the clock.
 benchmark::internal::Benchmark* timed(benchmark::internal::Benchmark* b,
@@ -336,6 +365,23 @@ void register_roofline(const std::vector<Problem>& problems) {
             ->Args({p.B, p.L, p.E, p.H})
             ->ArgNames({"B", "L", "E", "H"});
     }
+}
+
+/// mha_threads/<operation>/fused/<scalar>/B:_/L:_/E:_/H:_/T:_ for T in 1 .. max_threads():
+/// the main shapes' forward_eval and forward_backward per thread count, by wall time.
+template <class T>
+void register_threads() {
+    for (const Problem& p : kMainShapes)
+        for (Operation op : {Operation::forward_eval, Operation::forward_backward})
+            for (int threads = 1; threads <= gemm_threads(); ++threads) {
+                const std::string name =
+                    std::string("mha_threads/") + to_string(op) + "/fused/" + scalar_name<T>();
+                benchmark::RegisterBenchmark(name.c_str(), bm_mha_threads<T>, op)
+                    ->Args({p.B, p.L, p.E, p.H, threads})
+                    ->ArgNames({"B", "L", "E", "H", "T"})
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+            }
 }
 
 template <class T>
@@ -395,6 +441,7 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
 
     register_scalar<float>(full);
+    if (gemm_threads() > 1) register_threads<float>();
     if (full) register_scalar<double>(full);
 
     // What the figures depend on. scripts/bench.sh adds build_type and threads itself
@@ -411,7 +458,28 @@ int main(int argc, char** argv) {
 #else
     benchmark::AddCustomContext("headwise_openmp", "off");
 #endif
-    benchmark::AddCustomContext("headwise_threads", std::to_string(Eigen::nbThreads()));
+    benchmark::AddCustomContext("headwise_threads", std::to_string(gemm_threads()));
+    benchmark::AddCustomContext("headwise_openmp_threads",
+                                std::to_string(headwise::detail::max_threads()));
+    benchmark::AddCustomContext("gemm_backend", headwise::ops::gemm_backend());
+#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    // Which kernels OpenBLAS runs (its CPU dispatch, or OPENBLAS_CORETYPE) and its threads.
+    benchmark::AddCustomContext("blas", std::string("OpenBLAS ") + openblas_get_config());
+    benchmark::AddCustomContext("blas_core", openblas_get_corename());
+    benchmark::AddCustomContext("blas_threads", std::to_string(openblas_get_num_threads()));
+#elif HEADWISE_GEMM_CBLAS
+    benchmark::AddCustomContext("blas", "a CBLAS (not OpenBLAS: kernels not reported)");
+#endif
+    for (const char* var :
+         {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"})
+        if (const char* value = std::getenv(var)) benchmark::AddCustomContext(var, value);
+#if defined(__AVX512F__)
+    benchmark::AddCustomContext("march", "AVX-512 (e.g. -march=native)");
+#elif defined(__AVX2__)
+    benchmark::AddCustomContext("march", "AVX2");
+#else
+    benchmark::AddCustomContext("march", "baseline (no -march)");
+#endif
     benchmark::AddCustomContext("headwise_timing", wall_time() ? "wall" : "cpu");
     benchmark::AddCustomContext("eigen_version", std::to_string(EIGEN_WORLD_VERSION) + "." +
                                                      std::to_string(EIGEN_MAJOR_VERSION) + "." +

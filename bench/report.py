@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Reads the JSON written by bench_mha and prints the benchmark table, then draws it as a PNG.
 
-    python3 bench/report.py build/release/bench.json [--torch build/release/bench_torch.json]
-                            [--png build/release/bench.png]
+    python3 bench/report.py build/bench/cblas-native/bench.json
+                            [--torch build/bench/torch-1.json build/bench/torch-2.json]
+                            [--runs <bench.json of each build and thread count> ...]
+                            [--png build/bench/bench.png]
 
 Uses the median of each case's repetitions (the JSON of a run without repetitions works too).
 Every row of the layer is put against two limits measured in the same run: the bare Eigen GEMM of
@@ -11,7 +13,11 @@ the fused projection shape (what the layer can reach) and the FMA peak of one co
 machine can reach). Ratios (per_head / fused, separate / fused) are of medians (CPU time for a
 single-threaded run, wall time otherwise, as bench_mha chose); above 1 means slower than fused.
 With --torch, the plot also shows torch.nn.MultiheadAttention from bench/compare_torch.py.
-Without matplotlib the table is still printed and the plot is skipped.
+With --runs (what scripts/bench.sh passes: every build and thread count of one run), it also
+prints one table with a backend column (Eigen or CBLAS, -march=native or not, 1 or 2 threads)
+against torch at the same thread count, what -march=native, the BLAS backend and a second thread
+are worth, and the performance targets with the figure each one got.
+Without matplotlib the tables are still printed and the plot is skipped.
 """
 
 import argparse
@@ -72,10 +78,16 @@ def load_results(path):
         parts, args = parse_name(r.get("run_name", r["name"]))
         record = {
             "ms": r[clock] * TIME_TO_MS[r.get("time_unit", "ns")],
+            "wall_ms": r.get("real_time", float("nan")) * TIME_TO_MS[r.get("time_unit", "ns")],
             "flops": r.get("FLOP/s", float("nan")),
             "label": r.get("label", ""),
         }
-        if parts[:1] == ["mha"] and len(parts) == 4:
+        if parts[:1] == ["mha_threads"] and len(parts) == 4:
+            # The layer on T threads (wall time): kept as mha_threads[(operation, problem, T)].
+            _, operation, projection, scalar = parts
+            problem = (args["B"], args["L"], args["E"], args["H"])
+            mha.setdefault("threads", {})[(operation, scalar, problem, args["T"])] = record
+        elif parts[:1] == ["mha"] and len(parts) == 4:
             _, operation, projection, scalar = parts
             problem = (args["B"], args["L"], args["E"], args["H"])
             mha[(operation, projection, scalar, problem)] = record
@@ -90,6 +102,16 @@ def load_results(path):
     for record in peak.values():
         # The peak is the best repetition when it was reported, else the median.
         record["flops"] = record.get("best_flops") or record.get("flops", float("nan"))
+    threads = mha.pop("threads", {})
+    if threads:
+        # A run on several thread counts: its layer rows are the largest count's, and each row
+        # keeps the 1-thread wall time of the same program for the speed-up.
+        top = max(t for (_, _, _, t) in threads)
+        for (operation, scalar, problem, t), record in threads.items():
+            if t == top:
+                one = threads.get((operation, scalar, problem, 1))
+                record = dict(record, one_thread_wall_ms=one and one["wall_ms"])
+                mha[(operation, "fused", scalar, problem)] = record
     return data.get("context", {}), mha, gemm, peak
 
 
@@ -171,6 +193,19 @@ def get(mha, op, proj, scalar, p, field="ms"):
     return None if r is None else r[field]
 
 
+def backend_str(context):
+    """'cblas (OpenBLAS ..., kernels Cooperlake, 1 thread)' or 'eigen'."""
+    backend = context.get("gemm_backend", "eigen")
+    if backend == "cblas":
+        details = [context.get("blas", "?")]
+        if context.get("blas_core"):
+            details.append("kernels " + context["blas_core"])
+        if context.get("blas_threads"):
+            details.append("%s BLAS thread(s)" % context["blas_threads"])
+        backend += " (%s)" % ", ".join(details)
+    return backend
+
+
 def report(path, torch_path=None, png=None):
     context, mha, gemm, peak = load_results(path)
     if not mha:
@@ -185,6 +220,7 @@ def report(path, torch_path=None, png=None):
         context.get("build_type", "?"), threads, context.get("headwise_set", "?"),
         context.get("eigen_version", "?"), context.get("eigen_simd", "?"),
         "OpenMP " + context.get("headwise_openmp", "?")))
+    print("  GEMM backend: %s" % backend_str(context))
     print("  medians of %s repetitions, %s; host load average at start %s" % (
         _repetitions(path),
         "wall-clock time" if context.get("headwise_timing") == "wall"
@@ -192,7 +228,8 @@ def report(path, torch_path=None, png=None):
         ", ".join("%.2f" % x for x in context.get("load_avg", []))))
     print("  fwd = forward in eval mode (inference path); f+b = training forward + backward")
     print("  GFLOP/s counts 8 B L E^2 + 4 B L^2 E per forward, twice that per backward")
-    print("  % GEMM = of the bare Eigen GEMM [B L, E] x [E, 3E] (the fused projection) at the")
+    print("  %% GEMM = of the bare %s GEMM [B L, E] x [E, 3E] (the fused projection) at the"
+          % context.get("gemm_backend", "eigen"))
     print("  same shape; %% peak = of the measured FMA peak of %d core(s); vs fused = time / fused"
           % threads)
     print("  time at the same shape (on a per_head row: per_head/fused; above 1 = slower)")
@@ -247,7 +284,7 @@ def report(path, torch_path=None, png=None):
                 fmt(ratio(ph and ph["ms"], g["ms"]), ".2f")])
         if gemm_rows:
             print()
-            print("%s: the in-projection alone, bare Eigen GEMMs (no bias, no attention): fused "
+            print("%s: the in-projection alone, bare GEMMs (no bias, no attention): fused "
                   "[B L, E] x [E, 3E] (the roofline), separate 3 x [E, E], per_head 3H x [E, D]"
                   % scalar)
             print_table(["shape (B, L, E, H)", "fused ms", "GFLOP/s", "% peak", "separate ms",
@@ -323,6 +360,227 @@ def _repetitions(path):
         rows = json.load(f).get("benchmarks", [])
     reps = {r.get("repetitions") for r in rows if r.get("repetitions")}
     return "/".join(str(r) for r in sorted(reps)) or "1"
+
+
+# ---- every build of one run: backends, -march, threads, torch, targets -------------------------
+
+def torch_threads(path):
+    try:
+        with open(path) as f:
+            return int(json.load(f).get("context", {}).get("threads", 1))
+    except (OSError, ValueError):
+        return None
+
+
+def load_torch(paths):
+    """{threads: {(mode, shape): ms}} from compare_torch.py's JSON files."""
+    out = {}
+    for path in paths:
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        threads = int(data.get("context", {}).get("threads", 1))
+        for r in data.get("results", []):
+            out.setdefault(threads, {})[(r["mode"], tuple(r["shape"]))] = r["ms"]
+    return out
+
+
+def run_label(context):
+    """(backend, build, threading) of one bench_mha run, as the summary table shows them."""
+    backend = context.get("gemm_backend", "eigen")
+    if backend == "cblas" and context.get("blas_core"):
+        backend += " (%s)" % context["blas_core"]
+    native = "native" in context.get("build", "") or "AVX-512" in context.get("march", "")
+    build = "-march=native" if native else "no -march"
+    threads = threads_of(context)
+    omp = int(context.get("headwise_openmp_threads", "1") or 1)
+    if threads == 1:
+        how = "1"
+    elif omp > 1:
+        how = "%d (OpenMP, BLAS 1/call)" % threads
+    else:
+        how = "%d (BLAS threads)" % threads
+    return backend, build, how
+
+
+def summary(run_paths, torch_paths):
+    runs = []
+    for path in run_paths:
+        if os.path.exists(path):
+            context, mha, gemm, peak = load_results(path)
+            runs.append({"path": path, "context": context, "mha": mha, "gemm": gemm,
+                         "peak": peak, "threads": threads_of(context),
+                         "build": context.get("build", os.path.basename(os.path.dirname(path)))})
+    if not runs:
+        return
+    torch = load_torch(torch_paths)
+    scalar = "float"
+
+    print()
+    print("Backends and builds, fused projection, float, medians (time; x/torch below 1 = "
+          "headwise faster than torch.nn.MultiheadAttention at the same thread count)")
+    header = ["backend", "build", "threads", "shape (B, L, E, H)", "fwd ms", "f+b ms",
+              "fwd/torch", "f+b/torch", "GEMM GFLOP/s"]
+    rows = []
+    for run in runs:
+        backend, build, how = run_label(run["context"])
+        t = torch.get(run["threads"], {})
+        for p in MAIN_SHAPES:
+            fwd = get(run["mha"], "forward_eval", "fused", scalar, p)
+            fb = get(run["mha"], "forward_backward", "fused", scalar, p)
+            if fwd is None and fb is None:
+                continue
+            g = run["gemm"].get((scalar, p[:3]))
+            rows.append([backend, build, how, shape_str(p), fmt(fwd, ".2f"), fmt(fb, ".2f"),
+                         fmt(ratio(fwd, t.get(("inference", p))), ".2f"),
+                         fmt(ratio(fb, t.get(("training", p))), ".2f"),
+                         fmt(g and g["flops"] / 1e9, ".1f")])
+    print_table(header, rows, ["<", "<", "<", "<"] + [">"] * 5)
+    for threads in sorted(torch):
+        print("  torch, %d thread(s): %s" % (threads, ", ".join(
+            "%s %s %.2f ms" % (shape_str(shape), mode[:5], ms)
+            for (mode, shape), ms in sorted(torch[threads].items(), key=lambda kv: kv[0][1]))))
+
+    by_build = {}
+    for run in runs:
+        by_build.setdefault((run["build"], run["threads"], run_label(run["context"])[2]), run)
+
+    def find(build, threads=1, how=None):
+        for (b, t, h), run in by_build.items():
+            if b == build and t == threads and (how is None or how in h):
+                return run
+        return None
+
+    def ratios(slow, fast, op, field="ms"):
+        """time(slow) / time(fast) per main shape, both runs having it."""
+        out = []
+        for p in MAIN_SHAPES:
+            a = slow and get(slow["mha"], op, "fused", scalar, p, field)
+            b = fast and get(fast["mha"], op, "fused", scalar, p, field)
+            if a and b:
+                out.append((p, a / b))
+        return out
+
+    def speedups(run, op):
+        """1-thread wall time / T-thread wall time per main shape, within one program's run."""
+        out = []
+        for p in MAIN_SHAPES:
+            r = run and run["mha"].get((op, "fused", scalar, p))
+            if r and r.get("one_thread_wall_ms") and r.get("wall_ms"):
+                out.append((p, r["one_thread_wall_ms"] / r["wall_ms"]))
+        return out
+
+    def ratio_line(pairs):
+        return ", ".join("%s %.2f" % (shape_str(p), r) for p, r in pairs) or "-"
+
+    print()
+    print("What each choice is worth (time ratios of medians, same run, per main shape; the")
+    print("speed-ups from a second thread: wall time on 1 thread / on 2, the same program, cases")
+    print("interleaved):")
+    for title, slow, fast in (
+            ("no -march / -march=native, Eigen backend", "eigen-portable", "eigen-native"),
+            ("no -march / -march=native, CBLAS backend", "cblas-portable", "cblas-native"),
+            ("Eigen / CBLAS, both -march=native", "eigen-native", "cblas-native"),
+            ("Eigen -march=native / CBLAS no -march", "eigen-native", "cblas-portable"),
+            ("Eigen no -march / CBLAS no -march", "eigen-portable", "cblas-portable")):
+        for op, short in (("forward_eval", "fwd"), ("forward_backward", "f+b")):
+            pairs = ratios(find(slow), find(fast), op)
+            if pairs:
+                print("  %-42s %s: %s" % (title, short, ratio_line(pairs)))
+    one = find("cblas-native")
+    for how, label in (("OpenMP", "2 threads, OpenMP + BLAS 1/call"),
+                       ("BLAS threads", "2 threads, the BLAS's own threads")):
+        two = None
+        for (b, t, h), run in by_build.items():
+            if t == 2 and how in h:
+                two = run
+        for op, short in (("forward_eval", "fwd"), ("forward_backward", "f+b")):
+            pairs = speedups(two, op)
+            if pairs:
+                print("  %-42s %s: %s" % ("speed-up 1 -> " + label, short, ratio_line(pairs)))
+
+    # ---- the targets (CBLAS, -march=native, 1 thread, float) ----
+    print()
+    print("Targets (CBLAS backend, -march=native, 1 thread, float, fused unless said):")
+    results = []
+
+    def target(text, value, ok, detail=""):
+        results.append(ok)
+        print("  %-6s %-62s %s%s" % ("MET" if ok else ("MISSED" if ok is False else "n/a"), text,
+                                      value, ("  (" + detail + ")") if detail else ""))
+
+    t1 = torch.get(1, {})
+    key = (8, 128, 512, 8)
+    if one:
+        m = one["mha"]
+        fb, fwd = get(m, "forward_backward", "fused", scalar, key), get(
+            m, "forward_eval", "fused", scalar, key)
+        r = ratio(fb, t1.get(("training", key)))
+        target("training (8,128,512,8) <= 0.87x torch", fmt(r, ".2f"), None if r is None else r <= 0.87)
+        r = ratio(fwd, t1.get(("inference", key)))
+        target("forward (8,128,512,8) <= 0.9x torch's fastest forward", fmt(r, ".2f"),
+               None if r is None else r <= 0.9, "torch inference_mode, need_weights=False")
+        worst = []
+        for p in MAIN_SHAPES:
+            for op, mode in (("forward_eval", "inference"), ("forward_backward", "training")):
+                r = ratio(get(m, op, "fused", scalar, p), t1.get((mode, p)))
+                if r is not None:
+                    worst.append((r, p, mode))
+        if worst:
+            r, p, mode = max(worst)
+            over = ["%s %s %.2f" % (shape_str(q), md[:5], x) for x, q, md in sorted(worst) if x > 1]
+            target("every default shape <= 1.0x torch (worst shown)", "%.2f" % r, r <= 1.0,
+                   "%s %s%s" % (shape_str(p), mode, "; above 1: " + ", ".join(over) if over else ""))
+        g = [(p, get(m, "forward_eval", "fused", scalar, p, "flops"),
+              get(m, "forward_backward", "fused", scalar, p, "flops"), one["gemm"].get((scalar, p[:3])))
+             for p in MAIN_SHAPES if p[1] <= 512]
+        g = [(p, f, b, gg["flops"]) for p, f, b, gg in g if f and gg]
+        if g:
+            worst_fwd = min(f / gg for _, f, _, gg in g)
+            target("layer >= 90% of the bare fused-projection GEMM rate, L <= 512",
+                   "%.0f%%" % (100 * worst_fwd), worst_fwd >= 0.9,
+                   "forward, worst shape; f+b: " + ", ".join(
+                       "%s %.0f%%" % (shape_str(p), 100 * b / gg) for p, _, b, gg in g if b))
+        pk = one["peak"].get(scalar)
+        f = get(m, "forward_eval", "fused", scalar, key, "flops")
+        if pk and f:
+            target(">= 80% of the FMA peak, (8,128,512,8) forward", "%.0f%%" % (100 * f / pk["flops"]),
+                   f / pk["flops"] >= 0.8, "peak %.0f GFLOP/s, %s" % (pk["flops"] / 1e9, pk.get("label", "")))
+        ph = []
+        for (op, proj, sc, p) in m:
+            if proj == "per_head" and sc == scalar and p[3] <= 16:
+                r = ratio(get(m, op, "per_head", scalar, p), get(m, op, "fused", scalar, p))
+                if r is not None:
+                    ph.append((r, p, op))
+        if ph:
+            r, p, op = max(ph)
+            target("per_head within 1.15x of fused at H <= 16 (worst shown)", "%.2f" % r, r <= 1.15,
+                   "%s %s" % (shape_str(p), "fwd" if op == "forward_eval" else "f+b"))
+        far = [(r, p, op) for (op, proj, sc, p) in m if proj == "per_head" and sc == scalar
+               and p[3] > 16 for r in [ratio(get(m, op, "per_head", scalar, p),
+                                              get(m, op, "fused", scalar, p))] if r]
+        if far:
+            print("         per_head/fused at H > 16: " + ", ".join(
+                "H=%d %s %.2f" % (p[3], "fwd" if op == "forward_eval" else "f+b", r)
+                for r, p, op in sorted(far, key=lambda x: (x[1][3], x[2]))))
+    portable = find("cblas-portable")
+    if one and portable:
+        pairs = ratios(portable, one, "forward_eval") + ratios(portable, one, "forward_backward")
+        if pairs:
+            r = max(x for _, x in pairs)
+            target("CBLAS no -march within 1.2x of -march=native (worst)", "%.2f" % r, r <= 1.2)
+    best = None
+    for (b, t, h), run in by_build.items():
+        if t == 2 and one:
+            pairs = dict(speedups(run, "forward_backward"))
+            if key in pairs and (best is None or pairs[key] > best[0]):
+                best = (pairs[key], h)
+    if best:
+        target("training (8,128,512,8): 2 threads >= 1.7x faster than 1", "%.2f" % best[0],
+               best[0] >= 1.7, "best 2-thread way: " + best[1])
+    print("  (%d of %d targets met in this run)" % (sum(1 for x in results if x),
+                                                   sum(1 for x in results if x is not None)))
 
 
 # ---- plotting -----------------------------------------------------------------------------------
@@ -443,7 +701,10 @@ def _forward_flop(p):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", help="JSON written by bench_mha --benchmark_out")
-    parser.add_argument("--torch", help="JSON written by bench/compare_torch.py, for the plot")
+    parser.add_argument("--torch", nargs="+", default=[],
+                        help="JSON written by bench/compare_torch.py (1 and 2 threads)")
+    parser.add_argument("--runs", nargs="+", default=[],
+                        help="bench_mha JSON of every build and thread count of the run")
     parser.add_argument("--png", help="where to write the plot (default: next to the JSON)")
     parser.add_argument("--markdown", action="store_true",
                         help="print the tables as GitHub Markdown (for the README)")
@@ -451,7 +712,11 @@ def main(argv=None):
     global MARKDOWN
     MARKDOWN = args.markdown
     png = args.png or os.path.join(os.path.dirname(os.path.abspath(args.json)), "bench.png")
-    return report(args.json, args.torch, png)
+    torch_1 = next((t for t in args.torch if torch_threads(t) == 1), None)
+    status = report(args.json, torch_1, png)
+    if args.runs:
+        summary(args.runs, args.torch)
+    return status
 
 
 if __name__ == "__main__":

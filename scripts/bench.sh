@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Builds the release preset (-O3 -march=native, benchmarks on, tests and examples off), runs the
-# benchmark driver build/release/bench/bench_mha, then torch.nn.MultiheadAttention on the same
-# shapes (bench/compare_torch.py, skipped without torch), and prints the table (bench/report.py).
+# Builds bench/bench_mha in five configurations and runs them, then torch.nn.MultiheadAttention
+# on the same shapes with 1 and 2 threads (bench/compare_torch.py, skipped without torch), and
+# prints the tables and the issue's targets (bench/report.py). One run gives every figure:
 #
-#   bash scripts/bench.sh            the default set (float, 4 shapes, head sweep): a few minutes
-#   bash scripts/bench.sh --full     everything: double too, forward_train, backward alone and
-#                                    (1, 4096, 512, 8) forward; longer minimum times
-#   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   e.g. --benchmark_filter=fused
+#   build (build/bench/<name>)  GEMM backend  flags                 runs
+#   cblas-native                CBLAS         Release -march=native the default set, 1 thread; the
+#                                                                   main shapes on 1 and 2 BLAS
+#                                                                   threads
+#   eigen-native                Eigen         Release -march=native main shapes, 1 thread
+#   cblas-portable              CBLAS         Release (no -march)   main shapes, 1 thread
+#   eigen-portable              Eigen         Release (no -march)   main shapes, 1 thread
+#   cblas-native-omp            CBLAS+OpenMP  Release -march=native main shapes on 1 and 2 OpenMP
+#                                                                   threads, BLAS 1 thread per call
+#
+#   bash scripts/bench.sh            the default set: a few minutes
+#   bash scripts/bench.sh --full     the primary run adds double, forward_train, backward alone
+#                                    and (1, 4096, 512, 8) forward; longer minimum times
+#   bash scripts/bench.sh [--full] -- <Google Benchmark flags>   for the primary run only
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
+#   HEADWISE_BENCH_KEEP_OPENBLAS_ENV=1 bash scripts/bench.sh     keep OPENBLAS_CORETYPE/_L2_SIZE
 #
-# Writes build/release/bench.json (Google Benchmark, with build_type and threads in its context),
-# build/release/bench_torch.json and build/release/bench.png (needs python3-matplotlib).
+# Then the long-sequence set (scripts/bench_long.sh, the same --full): the blocked and
+# materialised attention kernels against torch, L up to 4096 (8192 with --full), time and peak
+# memory, in its own build (build/bench/long).
+#
+# OpenBLAS: by default every benchmark process (ours and torch's, which also runs on OpenBLAS)
+# lets OpenBLAS pick its kernels and cache sizes for this CPU, as on a user's machine: an
+# OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE inherited from the environment is dropped, and said so.
+# The kernel OpenBLAS ran is in the tables' header (blas_core). Thread counts are pinned:
+# OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 for 1-thread runs.
+#
+# Writes build/bench/<name>/bench*.json (Google Benchmark, with build, threads and backend in
+# its context), build/bench/torch-<threads>.json and build/bench/bench.png (python3-matplotlib).
 # Speed claims are ratios of medians within one run, so every case reports aggregates only.
 set -euo pipefail
 
@@ -23,7 +44,7 @@ while (($# > 0)); do
     case "$1" in
         --full) full=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,15p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,36p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -32,81 +53,137 @@ export HEADWISE_BENCH_FULL="${full}"
 
 bash scripts/deps.sh
 
-build=build/release
-echo "headwise: configuring and building the release preset (benchmarks only) ..."
-cmake --preset release -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF
-cmake --build --preset release --target bench_mha
+root=build/bench
+mkdir -p "${root}"
+started=${SECONDS}
 
-driver="${build}/bench/bench_mha"
-json="${build}/bench.json"
-if [[ ! -x "${driver}" ]]; then
-    echo "headwise: ${driver} was not built (no bench/bench_mha.cpp yet); nothing to run"
-    exit 0
-fi
+# --- builds -------------------------------------------------------------------------------------
+declare -A flags=(
+    [cblas-native]="-DHEADWISE_BLAS=ON -DCMAKE_CXX_FLAGS=-march=native"
+    [eigen-native]="-DHEADWISE_BLAS=OFF -DCMAKE_CXX_FLAGS=-march=native"
+    [cblas-portable]="-DHEADWISE_BLAS=ON -DCMAKE_CXX_FLAGS="
+    [eigen-portable]="-DHEADWISE_BLAS=OFF -DCMAKE_CXX_FLAGS="
+    [cblas-native-omp]="-DHEADWISE_BLAS=ON -DHEADWISE_USE_OPENMP=ON -DCMAKE_CXX_FLAGS=-march=native"
+)
+builds=(cblas-native eigen-native cblas-portable eigen-portable cblas-native-omp)
+for name in "${builds[@]}"; do
+    echo "headwise: configuring and building ${root}/${name} (Release ${flags[${name}]})"
+    # shellcheck disable=SC2086  # the flags are words
+    cmake -S . -B "${root}/${name}" -DCMAKE_BUILD_TYPE=Release -DHEADWISE_BUILD_TESTS=OFF \
+        -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON ${flags[${name}]} >/dev/null
+    cmake --build "${root}/${name}" --target bench_mha -j2
+done
+echo "headwise: builds done ($((SECONDS - started)) s)"
 
-# Threads the kernels may use: one unless headwise was built with OpenMP.
-threads=1
-if grep -q '^HEADWISE_USE_OPENMP:BOOL=ON' "${build}/CMakeCache.txt"; then
-    threads="${OMP_NUM_THREADS:-$(nproc)}"
-fi
-export OMP_NUM_THREADS="${threads}"
-build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "${build}/CMakeCache.txt")"
-# The default set stays within a few minutes on 2 cores: short minimum times, 5 repetitions
-# (the largest shapes run one call per repetition, so the median needs a few of them).
-repetitions=5
-min_time=0.1
-if ((full)); then
-    min_time=0.2
-fi
-
+# --- environment of every benchmark process -----------------------------------------------------
 # glibc's malloc hands freed blocks above a threshold back to the system, and raises that
 # threshold as a process runs (to 32 MiB at most), so what an allocation costs depends on what ran
-# before it in the same process. Both programs below get glibc's settled values from the start,
+# before it in the same process. Every program below gets glibc's settled values from the start,
 # the state of a long-running program, so that every case pays the same for its allocations.
 malloc_settled="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
 export GLIBC_TUNABLES="${malloc_settled}${GLIBC_TUNABLES:+:${GLIBC_TUNABLES}}"
+if [[ "${HEADWISE_BENCH_KEEP_OPENBLAS_ENV:-0}" != "1" ]]; then
+    for var in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do
+        if [[ -n "${!var:-}" ]]; then
+            echo "headwise: ${var}=${!var} from the environment is not applied to the benchmarks" \
+                "(OpenBLAS chooses for this CPU; HEADWISE_BENCH_KEEP_OPENBLAS_ENV=1 keeps it)"
+            unset "${var}"
+        fi
+    done
+fi
+unset OMP_WAIT_POLICY
 
-started=${SECONDS}
-echo "headwise: running ${driver} (full=${full}, threads=${threads}, repetitions=${repetitions}," \
-    "min_time=${min_time} s)"
-# Repetitions are interleaved at random, so a slow spell of a shared machine spreads over all
-# cases instead of skewing the ratio of two neighbours. Debian's libbenchmark reports itself as a
-# debug build; record what headwise was built as.
-"${driver}" \
-    --benchmark_repetitions="${repetitions}" \
-    --benchmark_min_time="${min_time}" \
-    --benchmark_enable_random_interleaving=true \
-    --benchmark_report_aggregates_only=true \
-    --benchmark_out="${json}" \
-    --benchmark_out_format=json \
-    --benchmark_context="build_type=${build_type:-unknown},threads=${threads},full=${full}" \
-    ${extra[@]+"${extra[@]}"}
-echo "headwise: results in ${json} ($((SECONDS - started)) s)"
+repetitions=5
+min_time=0.1
+((full)) && min_time=0.2
+# The main shapes (bench_mha.cpp's kMainShapes), fused, and the bare GEMM and peak they are put
+# against: what the secondary builds run.
+main_shapes="(B:8/L:128/E:512/H:8|B:1/L:512/E:768/H:12|B:32/L:64/E:256/H:4|B:4/L:1024/E:512/H:8)"
+main_gemms="(B:8/L:128/E:512|B:1/L:512/E:768|B:32/L:64/E:256|B:4/L:1024/E:512)"
+# (Names of cases timed by wall time end in /real_time.)
+main_filter="^mha/(forward_eval|forward_backward)/fused/float/${main_shapes}(/real_time)?\$"
+main_filter+="|^roofline/gemm_qkv/float/${main_gemms}(/real_time)?\$|^roofline/fma_peak/float"
+
+# run <build> <output json> <threads> <OpenMP threads> <BLAS threads> [Google Benchmark flags]
+# OpenMP threads sleep when idle (OMP_WAIT_POLICY=PASSIVE), as compare_torch.py has torch's do:
+# spinning threads would take a shared machine's cores from the other processes.
+run() {
+    local name="$1" json="$2" threads="$3" omp="$4" blas="$5"
+    shift 5
+    local policy=ACTIVE
+    ((omp > 1)) && policy=PASSIVE
+    local driver="${root}/${name}/bench/bench_mha"
+    echo "headwise: ${name}: ${threads} thread(s) (OMP_NUM_THREADS=${omp}," \
+        "OPENBLAS_NUM_THREADS=${blas}) -> ${json}"
+    # Repetitions are interleaved at random, so a slow spell of a shared machine spreads over all
+    # cases instead of skewing the ratio of two neighbours. Debian's libbenchmark reports itself as
+    # a debug build; the context records what headwise was built as.
+    OMP_NUM_THREADS="${omp}" OPENBLAS_NUM_THREADS="${blas}" OMP_WAIT_POLICY="${policy}" "${driver}" \
+        --benchmark_repetitions="${repetitions}" \
+        --benchmark_min_time="${min_time}" \
+        --benchmark_enable_random_interleaving=true \
+        --benchmark_report_aggregates_only=true \
+        --benchmark_out="${json}" \
+        --benchmark_out_format=json \
+        --benchmark_context="build_type=Release,build=${name},threads=${threads},full=${full}" \
+        "$@" >/dev/null
+}
+
+run_started=${SECONDS}
+primary="${root}/cblas-native/bench.json"
+run cblas-native "${primary}" 1 1 1 ${extra[@]+"${extra[@]}"}
+declare -a secondary=()
+for name in eigen-native cblas-portable eigen-portable; do
+    run "${name}" "${root}/${name}/bench.json" 1 1 1 --benchmark_filter="${main_filter}"
+    secondary+=("${root}/${name}/bench.json")
+done
+# Two threads, the two ways with one threading runtime each: OpenMP over (batch, head) slices and
+# GEMM blocks with the BLAS on one thread per call, or the BLAS's own threads for every GEMM and
+# nothing around them. Each program runs its main shapes on 1 and on 2 threads (mha_threads/...,
+# wall time, interleaved), so that the speed-up is measured side by side.
+threads_filter="^mha_threads/"
+run cblas-native-omp "${root}/cblas-native-omp/bench-2.json" 2 2 1 \
+    --benchmark_filter="${threads_filter}"
+secondary+=("${root}/cblas-native-omp/bench-2.json")
+run cblas-native "${root}/cblas-native/bench-2.json" 2 1 2 --benchmark_filter="${threads_filter}"
+secondary+=("${root}/cblas-native/bench-2.json")
+echo "headwise: benchmarks done in $((SECONDS - run_started)) s"
 
 python=/usr/bin/python3
 [[ -x "${python}" ]] || python="$(command -v python3 || true)"
 if [[ -z "${python}" ]]; then
-    echo "headwise: python3 not found: no table, no torch comparison (the JSON is complete)"
+    echo "headwise: python3 not found: no table, no torch comparison (the JSON files are complete)"
     exit 0
 fi
 
 # --- torch.nn.MultiheadAttention on the same shapes, in the same run ----------------------------
-torch_json="${build}/bench_torch.json"
-rm -f "${torch_json}"
+declare -a torch_jsons=()
 if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
     echo "headwise: HEADWISE_BENCH_NO_TORCH=1: no torch comparison"
 else
-    declare -a torch_args=(--headwise "${json}" --threads "${threads}" --json "${torch_json}")
-    ((full)) && torch_args+=(--full)
-    # Thread counts matched to ours; compare_torch.py sets the same variables before importing
-    # torch, these make it explicit for whatever torch loads (OpenMP, OpenBLAS).
-    declare -a torch_env=(OMP_NUM_THREADS="${threads}" OPENBLAS_NUM_THREADS="${threads}")
-    ((threads == 2)) && torch_env+=(OMP_WAIT_POLICY=PASSIVE)
-    env "${torch_env[@]}" "${python}" bench/compare_torch.py "${torch_args[@]}" ||
-        echo "headwise: the torch comparison failed; the table below is ours alone"
+    for threads in 1 2; do
+        torch_json="${root}/torch-${threads}.json"
+        rm -f "${torch_json}"
+        declare -a torch_args=(--threads "${threads}" --json "${torch_json}")
+        ((threads == 1)) && torch_args+=(--headwise "${primary}")
+        ((full)) && torch_args+=(--full)
+        # compare_torch.py sets the thread variables before importing torch; these make them
+        # explicit for whatever torch loads (OpenMP, OpenBLAS).
+        declare -a torch_env=(OMP_NUM_THREADS="${threads}" OPENBLAS_NUM_THREADS="${threads}")
+        ((threads == 2)) && torch_env+=(OMP_WAIT_POLICY=PASSIVE)
+        if env "${torch_env[@]}" "${python}" bench/compare_torch.py "${torch_args[@]}"; then
+            [[ -f "${torch_json}" ]] && torch_jsons+=("${torch_json}")
+        else
+            echo "headwise: the torch comparison (${threads} thread(s)) failed"
+        fi
+    done
 fi
 
-# --- The table and the plot ---------------------------------------------------------------------
-"${python}" bench/report.py "${json}" --torch "${torch_json}" --png "${build}/bench.png"
-echo "headwise: benchmarks done in $((SECONDS - started)) s after the build" \
-    "(script total ${SECONDS} s)"
+# --- The tables, the targets and the plot -------------------------------------------------------
+declare -a report_args=("${primary}" --png "${root}/bench.png" --runs "${primary}" "${secondary[@]}")
+((${#torch_jsons[@]} > 0)) && report_args+=(--torch "${torch_jsons[@]}")
+"${python}" bench/report.py "${report_args[@]}"
+echo "headwise: bench.sh done in ${SECONDS} s (builds included)"
+
+# --- Long sequences: the blocked and materialised kernels against torch (own script and files) --
+bash scripts/bench_long.sh $( ((full)) && echo --full)

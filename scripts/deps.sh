@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
 # cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
-# nlohmann/json (safetensors headers), and for the fuzz preset clang++ with libFuzzer (clang-14,
+# OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend), nlohmann/json
+# (safetensors headers), and for the fuzz preset clang++ with libFuzzer (clang-14,
 # libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
@@ -33,6 +34,7 @@ headwise_deps() {
     _headwise_have_package catch2 "" Catch2Config.cmake || missing+=(catch2)
     _headwise_have_package libbenchmark-dev benchmark/benchmark.h benchmarkConfig.cmake ||
         missing+=(libbenchmark-dev)
+    _headwise_have_package libopenblas-dev cblas.h "" || missing+=(libopenblas-dev)
     _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
         missing+=(nlohmann-json3-dev)
     # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
@@ -54,7 +56,8 @@ _headwise_have_command() {
     command -v "$1" >/dev/null 2>&1
 }
 
-# _headwise_have_package <debian package> <header under an include dir, or ""> <CMake config file>
+# _headwise_have_package <debian package> <header under an include dir, or "">
+#                        <CMake config file, or "">
 # True when dpkg says the package is installed, or, without it (another distribution, a build
 # from source), when the header and the CMake package file are found under /usr or /usr/local.
 _headwise_have_package() {
@@ -68,10 +71,11 @@ _headwise_have_package() {
     fi
     local prefix found_header="" found_config=""
     for prefix in /usr/local /usr; do
-        if [[ -z "${header}" || -f "${prefix}/include/${header}" ]]; then
+        if [[ -z "${header}" || -f "${prefix}/include/${header}" ]] ||
+            compgen -G "${prefix}/include/*/${header}" >/dev/null; then
             found_header=yes
         fi
-        if compgen -G "${prefix}/lib/cmake/*/${config}" >/dev/null ||
+        if [[ -z "${config}" ]] || compgen -G "${prefix}/lib/cmake/*/${config}" >/dev/null ||
             compgen -G "${prefix}/lib/*/cmake/*/${config}" >/dev/null ||
             compgen -G "${prefix}/lib64/cmake/*/${config}" >/dev/null ||
             compgen -G "${prefix}/share/*/cmake/${config}" >/dev/null ||

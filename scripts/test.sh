@@ -6,7 +6,9 @@
 #   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), less
 #             the consumer projects (they build nothing of ours with sanitizers) and benchmarks.
 #   3. omp  : the same with HEADWISE_USE_OPENMP=ON (Debug at -O1), every test on 2 threads.
-#   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
+#   4. cblas: the dev suite again with every GEMM through a CBLAS (HEADWISE_BLAS=ON, OpenBLAS
+#             here), consumers included: they link the BLAS through find_package and pkg-config.
+#   5. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
 # any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
@@ -79,6 +81,7 @@ run_fuzzers() {
 run_workflow dev
 run_workflow asan
 run_workflow omp
+run_workflow cblas
 if command -v clang++ >/dev/null 2>&1; then
     run_workflow fuzz
     run_fuzzers

@@ -288,7 +288,13 @@ TEMPLATE_TEST_CASE(
                            std::vector<T>(O_full.data() + (S - L) * D, O_full.data() + S * D));
     const Tensor<T> P_rows(Shape{L, S},
                            std::vector<T>(P_full.data() + (S - L) * S, P_full.data() + S * S));
-    // The same arithmetic on the same rows: equal to the last bit.
+    // The same arithmetic on the same rows. Eigen's products give them to the last bit; a BLAS
+    // (HEADWISE_BLAS) may pick other kernels for a product of fewer rows, so the rows agree to
+    // rounding there. A wrong causal offset hides other keys and changes them far more.
+    HEADWISE_CHECK_CLOSE(O, O_rows, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(P, P_rows, Tol<T>::rel);
+#if !(defined(HEADWISE_USE_CBLAS) && HEADWISE_USE_CBLAS)
     CHECK(test::identical(O, O_rows));
     CHECK(test::identical(P, P_rows));
+#endif
 }

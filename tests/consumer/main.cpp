@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: MIT
-// A program outside headwise that includes the umbrella header, as a user would.
+// A program outside headwise that includes the umbrella header, as a user would, and runs a GEMM
+// through the backend it was built with (HEADWISE_EXPECTED_GEMM_BACKEND, when given, must match).
 #include <headwise/headwise.hpp>
 
-#include <iostream>  // std::cout
+#include <cstring>   // std::strcmp
+#include <iostream>  // std::cout, std::cerr
+
+#define HEADWISE_CONSUMER_STRING(x) #x
+#define HEADWISE_CONSUMER_EXPAND(x) HEADWISE_CONSUMER_STRING(x)
 
 int main() {
     headwise::Tensor<float> x(headwise::Shape{2, 3});  // [2, 3], zero-filled
@@ -10,5 +15,28 @@ int main() {
     for (headwise::Index i = 0; i < x.numel(); ++i)
         std::cout << (i == 0 ? "" : ", ") << x.data()[i];
     std::cout << "}\n";
-    return x.numel() == 6 ? 0 : 1;
+    if (x.numel() != 6) return 1;
+
+    // [[1, 2], [3, 4]] [[5, 6], [7, 8]]^T = [[17, 23], [39, 53]], through headwise::ops::gemm.
+    headwise::Tensor<double> a(headwise::Shape{2, 2});  // [2, 2]
+    headwise::Tensor<double> b(headwise::Shape{2, 2});  // [2, 2]
+    for (headwise::Index i = 0; i < 4; ++i) {
+        a.data()[i] = static_cast<double>(i + 1);
+        b.data()[i] = static_cast<double>(i + 5);
+    }
+    const headwise::Tensor<double> c = headwise::matmul(a, b, false, true);  // [2, 2]
+    const double expected[4] = {17, 23, 39, 53};
+    std::cout << "GEMM backend " << headwise::ops::gemm_backend() << ": a b^T = {";
+    for (headwise::Index i = 0; i < 4; ++i) std::cout << (i == 0 ? "" : ", ") << c.data()[i];
+    std::cout << "}\n";
+    for (headwise::Index i = 0; i < 4; ++i)
+        if (c.data()[i] != expected[i]) return 1;
+#if defined(HEADWISE_EXPECTED_GEMM_BACKEND)
+    const char* want = HEADWISE_CONSUMER_EXPAND(HEADWISE_EXPECTED_GEMM_BACKEND);
+    if (std::strcmp(headwise::ops::gemm_backend(), want) != 0) {
+        std::cerr << "expected the " << want << " GEMM backend\n";
+        return 1;
+    }
+#endif
+    return 0;
 }

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Compiles and runs SOURCE with nothing but the flags pkg-config gives for the installed
-# headwise.pc (found in PC_DIR), the way a Makefile-based consumer would.
-# Run as: cmake -D PKG_CONFIG=... -D PC_DIR=... -D CXX=... -D SOURCE=... -D OUTPUT=... -P
+# headwise.pc (found in PC_DIR), the way a Makefile-based consumer would. EXPECTED_GEMM_BACKEND
+# (eigen or cblas), when set, is the backend the program must find itself built with.
+# Run as: cmake -D PKG_CONFIG=... -D PC_DIR=... -D CXX=... -D SOURCE=... -D OUTPUT=...
+#               [-D EXPECTED_GEMM_BACKEND=...] -P
 foreach(var IN ITEMS PKG_CONFIG PC_DIR CXX SOURCE OUTPUT)
   if(NOT ${var})
     message(FATAL_ERROR "pkg_config.cmake: ${var} is not set")
@@ -25,7 +27,12 @@ separate_arguments(flags UNIX_COMMAND "${flags}")
 
 get_filename_component(output_dir "${OUTPUT}" DIRECTORY)
 file(MAKE_DIRECTORY "${output_dir}")
-execute_process(COMMAND "${CXX}" -std=c++17 ${flags} "${SOURCE}" -o "${OUTPUT}"
+set(expect "")
+if(EXPECTED_GEMM_BACKEND)
+  set(expect "-DHEADWISE_EXPECTED_GEMM_BACKEND=${EXPECTED_GEMM_BACKEND}")
+endif()
+# The libraries after the source, as a linker resolving left to right needs them.
+execute_process(COMMAND "${CXX}" -std=c++17 ${expect} "${SOURCE}" ${flags} -o "${OUTPUT}"
                 RESULT_VARIABLE result)
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "pkg_config.cmake: compiling ${SOURCE} failed (${result})")

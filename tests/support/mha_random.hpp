@@ -61,7 +61,7 @@ std::vector<double> dropout_factors_of(const AttentionForward<T>& f, const MhaCo
     const Index B = c.batched ? c.B : 1;
     const Index S = c.inputs == Inputs::self ? c.L : c.S;
     const Index Sx = S + (c.bias_kv ? 1 : 0) + (c.zero_attn ? 1 : 0);
-    const ops::Dropout d = f.saved ? f.saved->dropout : ops::Dropout{};
+    const ops::Dropout d = f.saved ? f.saved->call().dropout : ops::Dropout{};
     return dropout_factors(d, B, c.H, c.L, Sx);
 }
 

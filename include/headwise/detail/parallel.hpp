@@ -2,10 +2,12 @@
 // parallel_for over independent work items: OpenMP threads when built with HEADWISE_USE_OPENMP.
 #pragma once
 
+#include <algorithm>  // std::max, std::min
+
 #include "../config.hpp"
 
 #if defined(HEADWISE_USE_OPENMP) && HEADWISE_USE_OPENMP && defined(_OPENMP)
-#include <omp.h>  // omp_get_max_threads, omp_get_thread_num
+#include <omp.h>  // omp_get_max_threads, omp_get_thread_num, omp_get_num_threads, omp_in_parallel
 #define HEADWISE_PARALLEL 1
 #else
 #define HEADWISE_PARALLEL 0
@@ -34,6 +36,35 @@ void parallel_for(Index n, F&& f) {
 #else
     for (Index i = 0; i < n; ++i) f(i, 0);
 #endif
+}
+
+/// Elements a pass over memory (a bias broadcast, a column sum) must have per thread before it
+/// is split over threads: below that, starting the threads costs more than the pass.
+inline constexpr Index kParallelGrain = Index{1} << 16;
+
+/// Calls f(first, count) on consecutive blocks that cover [0, n): one block per thread when every
+/// thread gets at least `grain` items and the caller is not inside a parallel region already
+/// (so a pass over memory around a GEMM uses the threads the GEMM uses, never more), else
+/// f(0, n) on the calling thread.
+template <class F>
+void parallel_blocks(Index n, Index grain, F&& f) {
+#if HEADWISE_PARALLEL
+    const Index most = n / std::max<Index>(grain, 1);
+    const int threads =
+        omp_in_parallel() ? 1 : static_cast<int>(std::min<Index>(omp_get_max_threads(), most));
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+            const Index t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const Index first = n * t / nt, last = n * (t + 1) / nt;
+            if (last > first) f(first, last - first);
+        }
+        return;
+    }
+#else
+    static_cast<void>(grain);
+#endif
+    f(Index{0}, n);
 }
 
 }  // namespace headwise::detail

@@ -2,32 +2,33 @@
 // Linear<T>: y = x W^T + b over the last axis, owning its parameters and their gradients.
 #pragma once
 
-#include <algorithm>  // std::copy_n
-#include <cmath>      // std::sqrt
-#include <map>        // std::map
-#include <string>     // std::string, std::to_string
+#include <cmath>   // std::sqrt
+#include <string>  // std::to_string
 
 #include "../config.hpp"
-#include "../detail/state_dict.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
 #include "../ops/linear.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "module.hpp"
 
 namespace headwise {
 
 /// A fully connected layer as torch.nn.Linear: weight [out, in], optional bias [out],
 /// y = x W^T + b applied to the last axis of an input of any rank >= 1 ([..., in] -> [..., out]).
 /// Stateless between calls: backward takes the forward's input again, so any number of forwards
-/// may precede their backwards. Gradients accumulate until zero_grad().
+/// may precede their backwards. Gradients accumulate until zero_grad(). Follows the module
+/// contract (layers/module.hpp): parameters "weight" and "bias" (if any) under torch's names;
+/// training and evaluation mode compute the same.
 template <class T>
-class Linear {
+class Linear : public Module<Linear<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
 
 public:
     using value_type = T;
+    static constexpr const char* kName = "headwise::Linear";
 
     /// PyTorch's initialisation (nn.Linear.reset_parameters): weight by kaiming_uniform_ with
     /// a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), then bias U(-1/sqrt(in), 1/sqrt(in)), both
@@ -48,9 +49,6 @@ public:
     /// branch's gradient sum into it).
     void backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
 
-    /// Sets grad_weight() and grad_bias() to zero.
-    void zero_grad();
-
     Index in_features() const noexcept { return in_features_; }
     Index out_features() const noexcept { return out_features_; }
     bool has_bias() const noexcept { return has_bias_; }
@@ -66,13 +64,12 @@ public:
     TensorView<T> grad_bias() noexcept { return grad_bias_.view(); }
     TensorView<const T> grad_bias() const noexcept { return grad_bias_.view(); }
 
-    /// Copies of the parameters under PyTorch's names: "weight" [out, in], "bias" [out] (if any).
-    std::map<std::string, Tensor<T>> state_dict() const;
-    /// Strict: `state` must hold exactly the keys of state_dict() with the same shapes, or this
-    /// throws (naming the key and the shapes) and leaves the parameters untouched.
-    void load_state_dict(const std::map<std::string, Tensor<T>>& state);
-    /// Copies of the gradients under the names of state_dict().
-    std::map<std::string, Tensor<T>> grad_dict() const;
+    /// "weight" [out, in] and "bias" [out] (if any) with their gradients, in torch's order.
+    template <class Self, class Visit>
+    static void visit_parameters(Self& m, Visit&& visit) {
+        visit("weight", m.weight_.view(), m.grad_weight_.view());
+        if (m.has_bias_) visit("bias", m.bias_.view(), m.grad_bias_.view());
+    }
 
 private:
     Shape output_shape(const Shape& input) const {
@@ -80,7 +77,6 @@ private:
         s[s.rank() - 1] = out_features_;
         return s;
     }
-    detail::ParameterShapes parameter_shapes() const;
     void forward_unchecked(TensorView<const T> x, TensorView<T> y) const;
     void backward_unchecked(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
 
@@ -172,46 +168,6 @@ void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy
     // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
     ops::linear_backward<T>(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
                             grad_weight_.matrix(), has_bias_ ? grad_bias_.data() : nullptr);
-}
-
-template <class T>
-void Linear<T>::zero_grad() {
-    grad_weight_.fill(T(0));
-    grad_bias_.fill(T(0));
-}
-
-template <class T>
-detail::ParameterShapes Linear<T>::parameter_shapes() const {
-    detail::ParameterShapes shapes{{"weight", weight_.shape()}};
-    if (has_bias_) shapes.emplace_back("bias", bias_.shape());
-    return shapes;
-}
-
-template <class T>
-std::map<std::string, Tensor<T>> Linear<T>::state_dict() const {
-    std::map<std::string, Tensor<T>> state{{"weight", weight_}};
-    if (has_bias_) state.emplace("bias", bias_);
-    return state;
-}
-
-template <class T>
-void Linear<T>::load_state_dict(const std::map<std::string, Tensor<T>>& state) {
-    // Validate everything first: a failed load leaves the module as it was. Then copy into the
-    // existing buffers, so views from weight() and bias() stay valid.
-    detail::check_state_dict("headwise::Linear::load_state_dict", state, parameter_shapes());
-    const Tensor<T>& weight = state.at("weight");
-    std::copy_n(weight.data(), weight.numel(), weight_.data());
-    if (has_bias_) {
-        const Tensor<T>& bias = state.at("bias");
-        std::copy_n(bias.data(), bias.numel(), bias_.data());
-    }
-}
-
-template <class T>
-std::map<std::string, Tensor<T>> Linear<T>::grad_dict() const {
-    std::map<std::string, Tensor<T>> grads{{"weight", grad_weight_}};
-    if (has_bias_) grads.emplace("bias", grad_bias_);
-    return grads;
 }
 
 }  // namespace headwise

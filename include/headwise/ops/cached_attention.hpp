@@ -9,6 +9,7 @@
 
 #include "../config.hpp"
 #include "../tensor.hpp"
+#include "gemm.hpp"
 #include "score_mask.hpp"
 #include "softmax.hpp"
 
@@ -49,7 +50,7 @@ void cached_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMat
     // 1. S = scale * Q K^T, chunk by chunk of keys, into P's storage.
     for (Index j = 0; j < S; j += kCachedKeyChunk) {
         const Index c = std::min(kCachedKeyChunk, S - j);
-        P.middleCols(j, c).noalias() = Q * K.middleRows(j, c).transpose();
+        gemm<T>(T(1), Q, Op::none, K.middleRows(j, c), Op::transpose, T(0), P.middleCols(j, c));
     }
     P *= scale;
     // 2. bias and masks; 3. P = softmax(S), row by row.
@@ -59,7 +60,7 @@ void cached_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMat
     O.setZero();
     for (Index j = 0; j < S; j += kCachedKeyChunk) {
         const Index c = std::min(kCachedKeyChunk, S - j);
-        O.noalias() += P.middleCols(j, c) * V.middleRows(j, c);
+        gemm<T>(T(1), P.middleCols(j, c), Op::none, V.middleRows(j, c), Op::none, T(1), O);
     }
 }
 

@@ -4,10 +4,14 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>  // std::max
+
 #include "../config.hpp"
+#include "../detail/parallel.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "gemm.hpp"
 
 // Conventions of these kernels (llm.c style):
 //  - Every matrix is a row-major Eigen::Ref (ConstMatrixRef / MatrixRef from tensor.hpp), so a
@@ -17,7 +21,8 @@
 //  - Gradients ACCUMULATE: dX, dW and db receive +=, never =. The caller zeroes them once before
 //    the first backward, so a weight used several times (or an input feeding several branches)
 //    sums its gradient contributions without extra buffers.
-//  - Outputs must not overlap the inputs (products are evaluated with .noalias()).
+//  - Every product goes through ops::gemm (gemm.hpp), so the backend (Eigen or a CBLAS) and
+//    the threading rules are those of gemm. Outputs must not overlap the inputs.
 //  - Shapes are checked in every build; a mismatch throws shape_error naming the argument.
 //
 // The backward pass is three independent kernels, so a caller computes only the gradients it
@@ -58,13 +63,16 @@ void linear_forward(ConstMatrixRef<T> X, ConstMatrixRef<T> W, const T* b, Matrix
     detail::check_shape(fn, "W", Shape{W.rows(), W.cols()}, Shape{out, in});
     detail::check_shape(fn, "Y", Shape{Y.rows(), Y.cols()}, Shape{N, out});
 
-    // y_n = W x_n + b. The bias initialises Y and the GEMM accumulates onto it: Eigen's `=`
-    // product zero-fills Y before accumulating anyway, so the bias costs no extra pass over Y.
+    // y_n = W x_n + b. The bias initialises Y and the GEMM accumulates onto it (beta = 1), so
+    // the bias costs no pass over Y of its own: without it the GEMM would zero-fill Y instead.
     if (b != nullptr) {
-        Y.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, out);
-        Y.noalias() += X * W.transpose();
+        const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bias(b, out);  // [out]
+        detail::parallel_blocks(
+            N, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(out, 1)),
+            [&](Index first, Index rows) { Y.middleRows(first, rows).rowwise() = bias; });
+        gemm<T>(T(1), X, Op::none, W, Op::transpose, T(1), Y);
     } else {
-        Y.noalias() = X * W.transpose();
+        gemm<T>(T(1), X, Op::none, W, Op::transpose, T(0), Y);
     }
 }
 
@@ -78,7 +86,7 @@ void linear_backward_input(ConstMatrixRef<T> dY, ConstMatrixRef<T> W, MatrixRef<
     detail::check_shape(fn, "dX", Shape{dX.rows(), dX.cols()}, Shape{N, in});
 
     // Y = X W^T  =>  dX = dY W
-    dX.noalias() += dY * W;
+    gemm<T>(T(1), dY, Op::none, W, Op::none, T(1), dX);
 }
 
 template <class T>
@@ -91,7 +99,7 @@ void linear_backward_weight(ConstMatrixRef<T> dY, ConstMatrixRef<T> X, MatrixRef
     detail::check_shape(fn, "dW", Shape{dW.rows(), dW.cols()}, Shape{out, in});
 
     // Y = X W^T  =>  dW = dY^T X (a sum over the N rows)
-    dW.noalias() += dY.transpose() * X;
+    gemm<T>(T(1), dY, Op::transpose, X, Op::none, T(1), dW);
 }
 
 template <class T>
@@ -102,7 +110,14 @@ void linear_backward_bias(ConstMatrixRef<T> dY, T* db) {
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> db_row(db, dY.cols());  // [out]
 
     // Y = ... + b (broadcast over rows)  =>  db = sum_n dY[n, :]; row by row, each row contiguous.
-    for (Index n = 0; n < dY.rows(); ++n) db_row += dY.row(n);
+    // With OpenMP, each thread sums its own columns.
+    const Index N = dY.rows();
+    detail::parallel_blocks(dY.cols(),
+                            std::max<Index>(16, detail::kParallelGrain / std::max<Index>(N, 1)),
+                            [&](Index first, Index cols) {
+                                for (Index n = 0; n < N; ++n)
+                                    db_row.segment(first, cols) += dY.row(n).segment(first, cols);
+                            });
 }
 
 template <class T>
@@ -118,7 +133,7 @@ void linear_backward(ConstMatrixRef<T> X, ConstMatrixRef<T> W, ConstMatrixRef<T>
     detail::check_shape(fn, "dX", Shape{dX.rows(), dX.cols()}, Shape{N, in});
     detail::check_shape(fn, "dW", Shape{dW.rows(), dW.cols()}, Shape{out, in});
 
-    // Forward's steps in reverse: "Y.noalias() += X * W.transpose()", then "Y.rowwise() = b".
+    // Forward's steps in reverse: "gemm(X, W^T) onto Y", then "Y.rowwise() = b".
     linear_backward_input<T>(dY, W, dX);
     linear_backward_weight<T>(dY, X, dW);
     if (db != nullptr) linear_backward_bias<T>(dY, db);

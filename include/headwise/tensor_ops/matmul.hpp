@@ -10,6 +10,7 @@
 #include "../config.hpp"
 #include "../detail/tensor_like.hpp"
 #include "../error.hpp"
+#include "../ops/gemm.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -38,16 +39,9 @@ void matmul_into(const T* a, Index a_rows, Index a_cols, bool transpose_a, const
     const MatrixMap<const T> A(a, a_rows, a_cols);
     const MatrixMap<const T> B(b, b_rows, b_cols);
     MatrixMap<T> C(c, transpose_a ? a_cols : a_rows, transpose_b ? b_rows : b_cols);
-    // Four branches rather than a materialised transpose: Eigen's GEMM reads A^T and B^T in
-    // place, and .noalias() lets it write C directly instead of through a temporary.
-    if (!transpose_a && !transpose_b)
-        C.noalias() = A * B;
-    else if (transpose_a && !transpose_b)
-        C.noalias() = A.transpose() * B;
-    else if (!transpose_a && transpose_b)
-        C.noalias() = A * B.transpose();
-    else
-        C.noalias() = A.transpose() * B.transpose();
+    // The library's one GEMM reads A^T and B^T in place: no transposed copy.
+    ops::gemm<T>(T(1), A, transpose_a ? ops::Op::transpose : ops::Op::none, B,
+                 transpose_b ? ops::Op::transpose : ops::Op::none, T(0), C);
 }
 
 /// "[m, k]" or "[k, m]" with the known extents written in.

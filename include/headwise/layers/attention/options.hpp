@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+// What a MultiheadAttention is built from and called with: options, projection choice, masks.
+#pragma once
+
+#include <optional>  // std::optional
+#include <string>    // std::string
+
+#include "../../config.hpp"
+#include "../../error.hpp"
+#include "../../ops/score_mask.hpp"
+#include "../../shape.hpp"
+#include "../../tensor.hpp"
+
+namespace headwise {
+
+/// How MultiheadAttention computes the Q, K, V projections. All three use the same parameters
+/// and give the same outputs and gradients; they differ in speed (see the benchmarks).
+enum class Projection {
+    /// One GEMM against the packed [3E, E] in-projection when query, key and value are the same
+    /// tensor; a Q GEMM and one packed K|V GEMM when key and value are the same tensor (and
+    /// kdim == vdim); otherwise one GEMM per input.
+    fused,
+    /// Three GEMMs, one per projection, each [N, in] x [in, E].
+    separate,
+    /// 3 H GEMMs against the per-head matrices W_i^Q, W_i^K, W_i^V of shape [D, in], exactly
+    /// head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (Vaswani et al. 2017, Section 3.2.2).
+    per_head,
+};
+
+inline const char* to_string(Projection p) noexcept {
+    switch (p) {
+        case Projection::fused:
+            return "fused";
+        case Projection::separate:
+            return "separate";
+        case Projection::per_head:
+            return "per_head";
+    }
+    return "unknown";
+}
+
+namespace detail {
+
+/// Throws std::invalid_argument unless `p` is one of the enumerators (a value cast from an
+/// integer may be none of them).
+inline void check_projection(const char* function, const char* argument, Projection p) {
+    if (p != Projection::fused && p != Projection::separate && p != Projection::per_head)
+        throw_invalid_argument(function, argument, "must be fused, separate or per_head",
+                               "Projection(" + std::to_string(static_cast<int>(p)) + ")");
+}
+
+/// True for a mask that is absent: default-constructed, of shape [0]. Any other shape, empty
+/// or not, is checked against the call.
+template <class U>
+bool mask_absent(const Tensor<U>& mask) {
+    return mask.shape() == Shape{0};
+}
+
+}  // namespace detail
+
+/// Which attention kernel MultiheadAttention runs for each (batch, head) slice. Both give the
+/// same outputs, gradients and dropout masks (to rounding); they differ in memory and speed.
+enum class AttentionKernel {
+    /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
+    /// are short (L S' < kBlockedMinScores scores per slice), where the materialised [L, S']
+    /// slice stays in cache and its backward does one product less (measured: bench_long at
+    /// (8, 128, 512, 8)).
+    automatic,
+    /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
+    /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
+    /// [L, S'] matrix is ever held. With need_weights the weights are recomputed from the
+    /// log-sum-exp (one more Q K^T per slice), averaged ones costing [B, L, S'] only.
+    blocked,
+    /// ops/attention.hpp: each slice's [L, S'] probabilities are materialised; training keeps
+    /// them all, [B, H, L, S'], for backward.
+    materialised,
+};
+
+inline const char* to_string(AttentionKernel k) noexcept {
+    switch (k) {
+        case AttentionKernel::automatic:
+            return "automatic";
+        case AttentionKernel::blocked:
+            return "blocked";
+        case AttentionKernel::materialised:
+            return "materialised";
+    }
+    return "unknown";
+}
+
+/// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
+struct MultiheadAttentionOptions {
+    Index embed_dim = 0;  // E
+    Index num_heads = 1;  // H; must divide E; D = E / H
+    Projection projection = Projection::fused;
+    bool bias = true;            // in_proj_bias and out_proj.bias
+    Index kdim = 0;              // key features; 0 means embed_dim
+    Index vdim = 0;              // value features; 0 means embed_dim
+    bool add_bias_kv = false;    // learnt bias_k, bias_v appended to the keys and values
+    bool add_zero_attn = false;  // a zero key and value appended after them
+    double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
+
+    // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
+    std::optional<double> scale;
+
+    // Which kernel computes attention (see AttentionKernel): automatic, or forced either way
+    // (for tests, and for whoever wants the weights from the materialised kernel).
+    AttentionKernel attention_kernel = AttentionKernel::automatic;
+};
+
+/// Everything optional that shapes one attention call. Boolean masks: `true` means *may not
+/// attend*, as in torch.nn.MultiheadAttention, for every boolean mask of the library.
+/// Masks combine: a score is hidden if any mask hides it; attn_bias is added to what is left.
+/// A query row that can see no key gets a zero attention row (its output is out_proj.bias) and
+/// zero gradients, never NaN. NaN in, NaN out: a NaN in a query, a key, a value or attn_bias
+/// gives NaN in the output rows it reaches, masked or not, as in PyTorch.
+/// A mask is absent when default-constructed (shape [0]); any other shape is checked, so an
+/// empty mask of the wrong shape, e.g. key_padding_mask [0, 4], is an error, not "no mask".
+template <class T>
+struct AttentionMasks {
+    Tensor<bool> attn_mask;            // [L, S] or [B, H, L, S]; default-constructed = none
+    Tensor<T> attn_bias;               // additive, [L, S] or [B, H, L, S]; default = none
+    Tensor<bool> key_padding_mask;     // [B, S] ([S] for an unbatched call); true = padding
+    bool is_causal = false;            // query i may attend key j only if j <= i (top-left aligned)
+    bool need_weights = false;         // return the attention weights (costs B*H*L*S memory)
+    bool average_attn_weights = true;  // weights [B, L, S] averaged over heads; else [B, H, L, S]
+
+    // How is_causal aligns L queries with S keys: top_left (j <= i, PyTorch's is_causal) or
+    // bottom_right (j <= i + S - L: a chunk of new tokens after S - L earlier ones).
+    CausalAlignment causal_alignment = CausalAlignment::top_left;
+};
+
+}  // namespace headwise

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: MIT
+// The one matrix product of headwise, C = alpha op(A) op(B) + beta C, on Eigen or on a CBLAS.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>  // std::max, std::min
+#include <climits>    // INT_MAX
+#include <string>     // std::string, std::to_string
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+// Backend: Eigen unless HEADWISE_USE_CBLAS is defined non-zero (CMake: -DHEADWISE_BLAS=ON, which
+// also links the BLAS), then cblas_sgemm / cblas_dgemm of whatever CBLAS is linked (OpenBLAS,
+// BLIS, MKL, ...). A CBLAS picks its kernels for the CPU it runs on, so a build without -march
+// gets the machine's vector units for its products.
+#if defined(HEADWISE_USE_CBLAS) && HEADWISE_USE_CBLAS
+#include <cblas.h>  // cblas_sgemm, cblas_dgemm, CblasRowMajor, CblasNoTrans, CblasTrans
+#define HEADWISE_GEMM_CBLAS 1
+#else
+#define HEADWISE_GEMM_CBLAS 0
+#endif
+
+#if defined(HEADWISE_USE_OPENMP) && HEADWISE_USE_OPENMP && defined(_OPENMP)
+#include <omp.h>  // omp_in_parallel, omp_get_max_threads, omp_get_thread_num, omp_get_num_threads
+#define HEADWISE_GEMM_OPENMP 1
+#else
+#define HEADWISE_GEMM_OPENMP 0
+#endif
+
+// Threads. One runtime runs at a time: with HEADWISE_USE_OPENMP, gemm splits a large product
+// into row (or column) blocks of C over the OpenMP threads, one backend call per block, unless it
+// is already called from a parallel region (the per-(batch, head) loops), where it runs on the
+// calling thread alone. Eigen then never starts threads of its own (it does not inside a
+// parallel region); a CBLAS must run one thread per call: set OPENBLAS_NUM_THREADS=1 (or
+// BLIS_NUM_THREADS=1, ...) or link the BLAS's OpenMP build. Without HEADWISE_USE_OPENMP headwise
+// starts no thread, and a CBLAS may use its own threads for each product (OPENBLAS_NUM_THREADS).
+
+namespace headwise::ops {
+
+/// How gemm reads an operand: as stored, or transposed (read in place, never copied).
+enum class Op { none, transpose };
+
+/// C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C[m, n], with op(X) = X or X^T.
+/// A, B and C are row-major blocks with any row stride (a whole tensor's matrix(), a column
+/// block, a head's slice), read and written in place. With beta = 0, C is only written (it may
+/// hold anything, NaN included, before). C must not overlap A or B. Shapes are checked in every
+/// build: a mismatch throws shape_error naming the argument.
+template <class T>
+void gemm(T alpha, ConstMatrixRef<T> A, Op op_a, ConstMatrixRef<T> B, Op op_b, T beta,
+          MatrixRef<T> C);
+
+/// "eigen" or "cblas": the backend this translation unit was compiled with.
+constexpr const char* gemm_backend() noexcept { return HEADWISE_GEMM_CBLAS ? "cblas" : "eigen"; }
+
+}  // namespace headwise::ops
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace headwise::detail {
+
+using ops::Op;
+
+/// The four transpose combinations as Eigen expressions, evaluated straight into C.
+template <class T, class OpA, class OpB>
+void eigen_gemm(T alpha, const OpA& a, const OpB& b, T beta, MatrixRef<T>& C) {
+    // Eigen folds a scalar factor of an operand into its GEMM (no pass over a or b), and
+    // .noalias() lets it write C directly instead of through a temporary.
+    if (beta == T(0)) {
+        if (alpha == T(1))
+            C.noalias() = a * b;
+        else
+            C.noalias() = (alpha * a) * b;
+        return;
+    }
+    if (beta != T(1)) C *= beta;
+    if (alpha == T(1))
+        C.noalias() += a * b;
+    else
+        C.noalias() += (alpha * a) * b;
+}
+
+#if HEADWISE_GEMM_CBLAS
+inline void cblas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                       const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                       int ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void cblas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
+                       const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                       int ldc) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// Row stride of a row-major block as BLAS wants it: at least max(1, columns).
+template <class Ref>
+int leading_dimension(const Ref& X) {
+    HEADWISE_ASSERT(X.rows() <= 1 || X.outerStride() >= X.cols());
+    return static_cast<int>(std::max<Index>({X.outerStride(), X.cols(), Index{1}}));
+}
+#endif
+
+/// One backend call on the calling thread; shapes are already checked and m, n, k > 0.
+template <class T>
+void gemm_serial(T alpha, const ConstMatrixRef<T>& A, Op op_a, const ConstMatrixRef<T>& B, Op op_b,
+                 T beta, MatrixRef<T>& C) {
+#if HEADWISE_GEMM_CBLAS
+    const Index k = op_a == Op::none ? A.cols() : A.rows();
+    cblas_gemm(op_a == Op::none ? CblasNoTrans : CblasTrans,
+               op_b == Op::none ? CblasNoTrans : CblasTrans, static_cast<int>(C.rows()),
+               static_cast<int>(C.cols()), static_cast<int>(k), alpha, A.data(),
+               leading_dimension(A), B.data(), leading_dimension(B), beta, C.data(),
+               leading_dimension(C));
+#else
+    if (op_a == Op::none && op_b == Op::none)
+        eigen_gemm(alpha, A, B, beta, C);
+    else if (op_a == Op::none)
+        eigen_gemm(alpha, A, B.transpose(), beta, C);
+    else if (op_b == Op::none)
+        eigen_gemm(alpha, A.transpose(), B, beta, C);
+    else
+        eigen_gemm(alpha, A.transpose(), B.transpose(), beta, C);
+#endif
+}
+
+/// Rows [first, first + count) of op(X), as a block of X (columns of X when transposed).
+template <class T>
+ConstMatrixRef<T> op_rows(const ConstMatrixRef<T>& X, Op op, Index first, Index count) {
+    if (op == Op::none) return X.middleRows(first, count);
+    return X.middleCols(first, count);
+}
+
+/// Columns [first, first + count) of op(X), as a block of X (rows of X when transposed).
+template <class T>
+ConstMatrixRef<T> op_cols(const ConstMatrixRef<T>& X, Op op, Index first, Index count) {
+    if (op == Op::none) return X.middleCols(first, count);
+    return X.middleRows(first, count);
+}
+
+/// Products below this many multiply-adds run on one thread: splitting them costs more in
+/// start-up and repeated packing than it saves.
+inline constexpr double kGemmSplitMinMacs = 1 << 20;
+/// Row (or column) blocks are multiples of this, so that every block keeps whole register tiles.
+inline constexpr Index kGemmSplitQuantum = 32;
+
+/// Threads gemm may split one product over: 1 inside a parallel region or without OpenMP.
+inline int gemm_threads(Index m, Index n, Index k) {
+#if HEADWISE_GEMM_OPENMP
+    if (omp_in_parallel()) return 1;
+    const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    if (macs < kGemmSplitMinMacs) return 1;
+    const Index blocks = std::max(m, n) / kGemmSplitQuantum;
+    return static_cast<int>(std::min<Index>(omp_get_max_threads(), std::max<Index>(blocks, 1)));
+#else
+    static_cast<void>(m);
+    static_cast<void>(n);
+    static_cast<void>(k);
+    return 1;
+#endif
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
+template <class T>
+void gemm(T alpha, ConstMatrixRef<T> A, Op op_a, ConstMatrixRef<T> B, Op op_b, T beta,
+          MatrixRef<T> C) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    constexpr const char* fn = "headwise::ops::gemm";
+    // op(A) [m, k], op(B) [k, n], C [m, n]
+    const Index m = op_a == Op::none ? A.rows() : A.cols();
+    const Index k = op_a == Op::none ? A.cols() : A.rows();
+    const Index n = op_b == Op::none ? B.cols() : B.rows();
+    const Index kb = op_b == Op::none ? B.rows() : B.cols();
+    if (kb != k)
+        throw shape_error(
+            fn, op_b == Op::none ? "B" : "B (transposed)",
+            op_b == Op::none ? "[" + std::to_string(k) + ", n]" : "[n, " + std::to_string(k) + "]",
+            Shape{B.rows(), B.cols()});
+    detail::check_shape(fn, "C", Shape{C.rows(), C.cols()}, Shape{m, n});
+#if HEADWISE_GEMM_CBLAS
+    // CBLAS takes int extents and strides.
+    for (const Index extent : {m, n, k, A.outerStride(), B.outerStride(), C.outerStride()})
+        if (extent > INT_MAX)
+            throw_invalid_argument(fn, "A, B, C", "extents and row strides up to INT_MAX (CBLAS)",
+                                   std::to_string(extent));
+#endif
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // an empty sum: C = beta C, and beta = 0 means C is not read
+        if (beta == T(0))
+            C.setZero();
+        else if (beta != T(1))
+            C *= beta;
+        return;
+    }
+
+    const int threads = detail::gemm_threads(m, n, k);
+    if (threads <= 1) {
+        detail::gemm_serial(alpha, A, op_a, B, op_b, beta, C);
+        return;
+    }
+#if HEADWISE_GEMM_OPENMP
+    // Split C along its longer side into `threads` blocks of whole quanta; each thread multiplies
+    // its block of op(A) (or op(B)) by the whole other operand.
+    const bool by_rows = m >= n;
+    const Index extent = by_rows ? m : n;
+    const Index quanta = (extent + detail::kGemmSplitQuantum - 1) / detail::kGemmSplitQuantum;
+#pragma omp parallel num_threads(threads)
+    {
+        const Index t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const Index first = std::min(extent, (quanta * t / nt) * detail::kGemmSplitQuantum);
+        const Index last = std::min(extent, (quanta * (t + 1) / nt) * detail::kGemmSplitQuantum);
+        if (last > first) {
+            if (by_rows) {
+                MatrixRef<T> Cb = C.middleRows(first, last - first);
+                detail::gemm_serial<T>(alpha, detail::op_rows<T>(A, op_a, first, last - first),
+                                       op_a, B, op_b, beta, Cb);
+            } else {
+                MatrixRef<T> Cb = C.middleCols(first, last - first);
+                detail::gemm_serial<T>(alpha, A, op_a,
+                                       detail::op_cols<T>(B, op_b, first, last - first), op_b, beta,
+                                       Cb);
+            }
+        }
+    }
+#endif
+}
+
+}  // namespace headwise::ops

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention reuses its buffers: allocations of steady-state calls, counted by operator
+// new.
+#include <atomic>   // std::atomic
+#include <cstddef>  // std::size_t
+#include <cstdlib>  // std::malloc, std::aligned_alloc, std::free
+#include <new>      // std::bad_alloc, std::align_val_t
+
+#include <headwise/layers/attention/multihead_attention.hpp>
+
+#include "support/catch.hpp"
+#include "support/match.hpp"
+#include "support/mha_case.hpp"
+
+// Every allocation of this program goes through these replacements, which count them.
+namespace {
+std::atomic<long> allocations{0};
+
+void* counted(std::size_t n, std::size_t align) {
+    ++allocations;
+    const std::size_t bytes = (n + align - 1) / align * align;  // aligned_alloc wants a multiple
+    void* p = align <= alignof(std::max_align_t) ? std::malloc(n ? n : 1)
+                                                 : std::aligned_alloc(align, bytes ? bytes : align);
+    if (!p) throw std::bad_alloc();
+    return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n, alignof(std::max_align_t)); }
+void* operator new[](std::size_t n) { return counted(n, alignof(std::max_align_t)); }
+void* operator new(std::size_t n, std::align_val_t a) {
+    return counted(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+    return counted(n, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace headwise;
+using test::Inputs;
+using test::MaskKind;
+using test::MhaConfig;
+
+namespace {
+
+/// Allocations made by f().
+template <class F>
+long count_allocations(F&& f) {
+    const long before = allocations.load();
+    f();
+    return allocations.load() - before;
+}
+
+const MhaConfig kConfigs[] = {
+    test::with([](MhaConfig& c) { c.need_weights = false; }),
+    test::with([](MhaConfig& c) {
+        c.inputs = Inputs::kv_same;
+        c.S = 5;
+        c.masks = MaskKind::all;
+        c.need_weights = false;
+    }),
+    test::with([](MhaConfig& c) {
+        c.inputs = Inputs::distinct;
+        c.S = 4;
+        c.kdim = 5;
+        c.vdim = 3;
+        c.bias_kv = true;
+        c.zero_attn = true;
+        c.need_weights = false;
+    }),
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("an eval forward allocates nothing but its result in steady state",
+                   "[mha][alloc]", float, double) {
+    using T = TestType;
+    const MhaConfig c = GENERATE(from_range(std::begin(kConfigs), std::end(kConfigs)));
+    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(c.str(), to_string(p));
+    const test::MhaData<T> d = test::make_data<T>(c);
+    MultiheadAttention<T> m(c.options(p), 3);
+    m.eval();
+    auto call = [&] { return m.forward(d.q, d.key(), d.value(), d.masks); };
+    const Tensor<T> first = call().output;  // sizes the module's buffers
+    SECTION("the output only") {
+        AttentionForward<T> again;
+        CHECK(count_allocations([&] { again = call(); }) == 1);
+        CHECK(test::identical(again.output, first));  // the reused buffers give the same result
+    }
+    SECTION("the output and the averaged weights") {
+        test::MhaData<T> dw = d;
+        dw.masks.need_weights = true;
+        auto call_w = [&] { return m.forward(dw.q, dw.key(), dw.value(), dw.masks); };
+        const AttentionForward<T> warm = call_w();  // grows P to [B, H, L, S']
+        AttentionForward<T> again;
+        CHECK(count_allocations([&] { again = call_w(); }) == 2);
+        CHECK(test::identical(again.output, warm.output));
+        CHECK(test::identical(again.attn_weights, warm.attn_weights));
+    }
+}
+
+TEMPLATE_TEST_CASE("a training step reuses the saved activations of the step before",
+                   "[mha][alloc]", float, double) {
+    using T = TestType;
+    const MhaConfig c = GENERATE(from_range(std::begin(kConfigs), std::end(kConfigs)));
+    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    CAPTURE(c.str(), to_string(p));
+    const test::MhaData<T> d = test::make_data<T>(c);
+    MultiheadAttention<T> m(c.options(p), 3);
+    const Tensor<T> dy = Tensor<T>::ones(d.q.shape());
+    auto step = [&] {
+        const AttentionForward<T> fwd = m.forward(d.q, d.key(), d.value(), d.masks);
+        return m.backward(fwd, dy);
+    };  // fwd, and with it the saved activations, is gone when step returns
+    const AttentionGradients<T> first = step();
+    m.zero_grad();
+    AttentionForward<T> fwd;
+    // The output and the saved state's control block; P, the projections, ctx and the input
+    // copies come back from the step before.
+    CHECK(count_allocations([&] { fwd = m.forward(d.q, d.key(), d.value(), d.masks); }) == 2);
+    // The three input gradients.
+    AttentionGradients<T> again;
+    CHECK(count_allocations([&] { again = m.backward(fwd, dy); }) == 3);
+    CHECK(test::identical(again.query, first.query));
+    CHECK(test::identical(again.key, first.key));
+    CHECK(test::identical(again.value, first.value));
+}
+
+TEST_CASE("saved activations outlive their module", "[mha][alloc]") {
+    const MhaConfig c;
+    const test::MhaData<double> d = test::make_data<double>(c);
+    AttentionForward<double> fwd;
+    {
+        MultiheadAttention<double> m(c.options(Projection::fused), 3);
+        fwd = m.forward(d.q, d.q, d.q, d.masks);
+    }
+    REQUIRE(fwd.differentiable());
+    fwd = AttentionForward<double>();  // nothing to hand back to: frees them
+    CHECK_FALSE(fwd.differentiable());
+}
