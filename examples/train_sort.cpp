@@ -50,8 +50,7 @@ struct SortModel : headwise::Module<SortModel, T> {
         visit_child(self.positions, "positions.", visit);
         for (std::size_t i = 0; i < self.layers.size(); ++i)
             visit_child(self.layers[i], "layers." + std::to_string(i) + ".", visit);
-        visit("head.weight", self.head.weight(), self.head.grad_weight());
-        visit("head.bias", self.head.bias(), self.head.grad_bias());
+        visit_child(self.head, "head.", visit);
     }
     template <class Self, class Visit>
     static void visit_children(Self& self, Visit&& visit) {

@@ -15,12 +15,12 @@
 #include "../ops/dropout.hpp"
 #include "../random.hpp"
 #include "../tensor.hpp"
+#include "attention/multihead_attention.hpp"
 #include "attention_options.hpp"
 #include "dropout.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
 #include "module.hpp"
-#include "multihead_attention.hpp"
 
 namespace headwise {
 
@@ -151,29 +151,6 @@ struct EncoderSaved {
     Tensor<T> hidden;                      // linear1's output, the activation's input
 };
 
-/// Visits the parameters of a module with accessor views (Linear, MultiheadAttention) under a
-/// prefix, with the constness of `Self`.
-template <class T, class Visit>
-void visit_linear(Linear<T>& m, const std::string& prefix, Visit& visit) {
-    visit(prefix + "weight", m.weight(), m.grad_weight());
-    if (m.has_bias()) visit(prefix + "bias", m.bias(), m.grad_bias());
-}
-template <class T, class Visit>
-void visit_linear(const Linear<T>& m, const std::string& prefix, Visit& visit) {
-    visit(prefix + "weight", m.weight(), m.grad_weight());
-    if (m.has_bias()) visit(prefix + "bias", m.bias(), m.grad_bias());
-}
-template <class T, class Visit>
-void visit_attention(MultiheadAttention<T>& m, const std::string& prefix, Visit& visit) {
-    for (const Parameter<T>& p : m.parameters()) visit(prefix + p.name, p.value, p.grad);
-}
-template <class T, class Visit>
-void visit_attention(const MultiheadAttention<T>& m, const std::string& prefix, Visit& visit) {
-    // parameters() is non-const; its views are only read here.
-    for (const Parameter<T>& p : const_cast<MultiheadAttention<T>&>(m).parameters())
-        visit(prefix + p.name, TensorView<const T>(p.value), TensorView<const T>(p.grad));
-}
-
 inline std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcept {
     return ops::Dropout::stream_seed(seed, child);
 }
@@ -183,9 +160,9 @@ inline std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcep
 template <class T>
 template <class Self, class Visit>
 void TransformerEncoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
-    detail::visit_attention(self.self_attn_, "self_attn.", visit);
-    detail::visit_linear(self.linear1_, "linear1.", visit);
-    detail::visit_linear(self.linear2_, "linear2.", visit);
+    TransformerEncoderLayer::visit_child(self.self_attn_, "self_attn.", visit);
+    TransformerEncoderLayer::visit_child(self.linear1_, "linear1.", visit);
+    TransformerEncoderLayer::visit_child(self.linear2_, "linear2.", visit);
     TransformerEncoderLayer::visit_child(self.norm1_, "norm1.", visit);
     TransformerEncoderLayer::visit_child(self.norm2_, "norm2.", visit);
 }

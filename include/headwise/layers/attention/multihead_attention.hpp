@@ -20,6 +20,7 @@
 #include "../../error.hpp"
 #include "../../init.hpp"
 #include "../../ops/attention.hpp"
+#include "../../ops/blocked_attention.hpp"
 #include "../../ops/dropout.hpp"
 #include "../../ops/linear.hpp"
 #include "../../random.hpp"
@@ -142,6 +143,9 @@ public:
         return *this;
     }
     Projection projection() const noexcept { return options_.projection; }
+    /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
+    /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
+    AttentionKernel kernel_for(Index L, Index S, bool need_weights) const noexcept;
     const Options& options() const noexcept { return options_; }
     Index embed_dim() const noexcept { return layout_.E; }
     Index num_heads() const noexcept { return layout_.H; }
@@ -169,7 +173,6 @@ private:
                      TensorView<const T> query, TensorView<const T> key, TensorView<const T> value);
     ops::ScoreMask<T> score_mask(const AttentionMasks<T>& m, Index b, Index h,
                                  const detail::AttentionGeometry& g) const;
-    Tensor<T> average_heads(TensorView<const T> per_head) const;
     MatrixMap<const T> in_weight(const detail::ProjectionGemm& gm) const {
         return MatrixMap<const T>(w_in_.data() + gm.w_offset, gm.w_rows, gm.in);
     }
@@ -395,6 +398,20 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
     return mask;
 }
 
+/// Scores per (batch, head) slice from which AttentionKernel::automatic runs the blocked kernel:
+/// below, the materialised [L, S'] slice (1 MiB in float at the threshold) stays in the L2
+/// cache and the materialised backward, one product fewer than the blocked one, is faster.
+inline constexpr Index kBlockedMinScores = 512 * 512;
+
+template <class T>
+AttentionKernel MultiheadAttention<T>::kernel_for(Index L, Index S,
+                                                  bool need_weights) const noexcept {
+    if (options_.attention_kernel != AttentionKernel::automatic) return options_.attention_kernel;
+    const Index Sx = S + (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
+    return !need_weights && L * Sx >= kBlockedMinScores ? AttentionKernel::blocked
+                                                        : AttentionKernel::materialised;
+}
+
 template <class T>
 AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> key,
@@ -413,9 +430,11 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     if (this->training_) saved = pool_.make_saved();
     detail::AttentionActivations<T>& a = saved ? *saved->activations : eval_activations_;
     set_up_call(a, g, query, key, value);
+    a.call.blocked = kernel_for(L, S, masks.need_weights) == AttentionKernel::blocked;
+    // A blocked backward applies the masks again: training keeps a copy of them.
+    a.call.masks = this->training_ && a.call.blocked ? masks : AttentionMasks<T>{};
     const detail::AttentionCall<T>& c = a.call;
-    a.size_forward(this->training_ || masks.need_weights, c.dropout.active(),
-                   detail::max_threads());
+    a.size_forward(!c.blocked && this->training_, c.dropout.active(), detail::max_threads());
     a.set_inputs({query.reshape(detail::merge_rows(query.shape())),   // [B L, E]
                   key.reshape(detail::merge_rows(key.shape())),       // [B S, kdim]
                   value.reshape(detail::merge_rows(value.shape()))},  // [B S, vdim]
@@ -443,22 +462,53 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
             }
 
     // ---- 3. attention per (batch, head): O_bh = dropout(softmax(scale Q K^T + mask)) V -------
-    // Slices are independent, so they may run on several threads. The per-head weights after
-    // dropout are copied out when the caller wants them and they differ from P.
+    // Blocked kernel: tile by tile, keeping LSE_bh [L]; materialised: P_bh [L, S'] whole.
+    // The weights, when asked for, are the probabilities after dropout (as torch returns them):
+    // per head [B, H, L, S'], or averaged over the heads [B, L, S'], summed into one [L, S']
+    // matrix per batch as each head is done, so that no [B, H, L, S'] is held for them. Slices
+    // are independent and may run on several threads; with averaged weights a thread takes the
+    // heads of one batch in turn (they add into the same matrix).
     const bool average = masks.need_weights && masks.average_attn_weights;
-    Tensor<T> weights = masks.need_weights && (!average || c.dropout.active())
-                            ? Tensor<T>::uninitialized(Shape{B, H, L, Sx})  // written per slice
-                            : Tensor<T>();
-    detail::parallel_for(B * H, [&](Index slice, int thread) {
-        const Index b = slice / H, h = slice % H;
-        ops::attention_forward<T>(a.q(b, h), a.k(b, h), a.v(b, h), score_mask(masks, b, h, g),
-                                  c.scale, c.dropout, static_cast<std::uint64_t>(slice),
-                                  a.p(b, h, thread), a.dropped(b, h, thread), a.ctx(b, h));
-        if (!weights.empty())
-            MatrixMap<T>(weights.data() + slice * L * Sx, L, Sx) = a.dropped(b, h, thread);
-    });
-    // torch returns the weights after dropout, averaged over heads: [B, L, S'].
-    if (average) weights = average_heads(weights.empty() ? a.p_all() : weights.view());
+    Tensor<T> weights;
+    if (masks.need_weights)
+        weights = average ? Tensor<T>(Shape{B, L, Sx})  // zero: the heads are added in
+                          : Tensor<T>::uninitialized(Shape{B, H, L, Sx});  // written per slice
+    const auto attend = [&](Index b, Index h, int thread) {
+        const Index slice = b * H + h;
+        const auto stream = static_cast<std::uint64_t>(slice);
+        const ops::ScoreMask<T> mask = score_mask(masks, b, h, g);
+        MatrixMap<T> W(weights.empty() ? nullptr : weights.data() + (average ? b : slice) * L * Sx,
+                       L, Sx);  // [L, S'] this slice's weights, or its batch's sum
+        if (c.blocked) {
+            ops::blocked_attention_forward<T>(a.q(b, h), a.k(b, h), a.v(b, h), mask, c.scale,
+                                              c.dropout, stream, c.tiles, a.tile_scratch(thread),
+                                              a.lse(b, h), a.ctx(b, h));
+            if (masks.need_weights) {
+                if (!average) W.setZero();
+                ops::blocked_attention_weights<T>(a.q(b, h), a.k(b, h), mask, c.scale, c.dropout,
+                                                  stream, a.lse(b, h), c.tiles,
+                                                  a.tile_scratch(thread), T(1), W);
+            }
+        } else {
+            ops::attention_forward<T>(a.q(b, h), a.k(b, h), a.v(b, h), mask, c.scale, c.dropout,
+                                      stream, a.p(b, h, thread), a.dropped(b, h, thread),
+                                      a.ctx(b, h));
+            if (average) {
+                W += a.dropped(b, h, thread);
+            } else if (masks.need_weights) {
+                W = a.dropped(b, h, thread);
+            }
+        }
+    };
+    if (average) {
+        detail::parallel_for(B, [&](Index b, int thread) {
+            for (Index h = 0; h < H; ++h) attend(b, h, thread);
+        });
+        weights.matrix() /= static_cast<T>(H);  // the mean over heads, [B, L, S']
+    } else {
+        detail::parallel_for(
+            B * H, [&](Index slice, int thread) { attend(slice / H, slice % H, thread); });
+    }
 
     // ---- 4. output = ctx W_o^T + b_o -----------------------------------------------------------
     AttentionForward<T> result;
@@ -471,20 +521,6 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     }
     result.saved = std::move(saved);
     return result;
-}
-
-template <class T>
-Tensor<T> MultiheadAttention<T>::average_heads(TensorView<const T> per_head) const {
-    const Index B = per_head.size(0), H = per_head.size(1), L = per_head.size(2),
-                Sx = per_head.size(3);
-    Tensor<T> avg(Shape{B, L, Sx});  // [B, L, S']
-    for (Index b = 0; b < B; ++b) {
-        MatrixMap<T> Wb(avg.data() + b * L * Sx, L, Sx);
-        for (Index h = 0; h < H; ++h)
-            Wb += MatrixMap<const T>(per_head.data() + (b * H + h) * L * Sx, L, Sx);
-        Wb /= static_cast<T>(H);
-    }
-    return avg;
 }
 
 template <class T>
@@ -514,11 +550,21 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                             options_.bias ? gb_out_.data() : nullptr);
 
     // ---- 3. attention per (batch, head), in reverse: dQ_bh, dK_bh, dV_bh from dO_bh ------------
+    // Blocked: the probabilities recomputed tile by tile from LSE_bh, with forward's masks and
+    // O_bh = ctx_bh; materialised: from the saved P_bh.
     detail::parallel_for(B * H, [&](Index slice, int thread) {
         const Index b = slice / H, h = slice % H;
-        ops::attention_backward<T>(a.q(b, h), a.k(b, h), a.v(b, h), a.p(b, h, thread), c.scale,
-                                   c.dropout, static_cast<std::uint64_t>(slice), d.ctx(b, h),
-                                   d.p(b, h, thread), d.q(b, h), d.k(b, h), d.v(b, h));
+        const auto stream = static_cast<std::uint64_t>(slice);
+        if (c.blocked) {
+            ops::blocked_attention_backward<T>(
+                a.q(b, h), a.k(b, h), a.v(b, h), a.ctx(b, h), a.lse(b, h),
+                score_mask(c.masks, b, h, g), c.scale, c.dropout, stream, c.tiles, d.ctx(b, h),
+                d.tile_scratch(thread), d.q(b, h), d.k(b, h), d.v(b, h));
+        } else {
+            ops::attention_backward<T>(a.q(b, h), a.k(b, h), a.v(b, h), a.p(b, h, thread), c.scale,
+                                       c.dropout, stream, d.ctx(b, h), d.p(b, h, thread), d.q(b, h),
+                                       d.k(b, h), d.v(b, h));
+        }
     });
 
     // ---- 2. appended keys: projected rows pass their gradient on; bias_k, bias_v collect theirs;

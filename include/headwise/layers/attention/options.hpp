@@ -58,6 +58,36 @@ bool mask_absent(const Tensor<U>& mask) {
 
 }  // namespace detail
 
+/// Which attention kernel MultiheadAttention runs for each (batch, head) slice. Both give the
+/// same outputs, gradients and dropout masks (to rounding); they differ in memory and speed.
+enum class AttentionKernel {
+    /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
+    /// are short (L S' < kBlockedMinScores scores per slice), where the materialised [L, S']
+    /// slice stays in cache and its backward does one product less (measured: bench_long at
+    /// (8, 128, 512, 8)).
+    automatic,
+    /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
+    /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
+    /// [L, S'] matrix is ever held. With need_weights the weights are recomputed from the
+    /// log-sum-exp (one more Q K^T per slice), averaged ones costing [B, L, S'] only.
+    blocked,
+    /// ops/attention.hpp: each slice's [L, S'] probabilities are materialised; training keeps
+    /// them all, [B, H, L, S'], for backward.
+    materialised,
+};
+
+inline const char* to_string(AttentionKernel k) noexcept {
+    switch (k) {
+        case AttentionKernel::automatic:
+            return "automatic";
+        case AttentionKernel::blocked:
+            return "blocked";
+        case AttentionKernel::materialised:
+            return "materialised";
+    }
+    return "unknown";
+}
+
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
     Index embed_dim = 0;  // E
@@ -77,6 +107,10 @@ struct MultiheadAttentionOptions {
 
     // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
     std::optional<double> scale;
+
+    // Which kernel computes attention (see AttentionKernel): automatic, or forced either way
+    // (for tests, and for whoever wants the weights from the materialised kernel).
+    AttentionKernel attention_kernel = AttentionKernel::automatic;
 };
 
 /// Everything optional that shapes one attention call. Boolean masks: `true` means *may not
