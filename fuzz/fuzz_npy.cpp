@@ -3,23 +3,26 @@
 // loads saves and loads back bit for bit.
 #include <headwise/io/npy.hpp>
 
-#include <unistd.h>    // getpid
-#include <cstddef>     // std::size_t
-#include <cstdint>     // std::uint8_t
-#include <cstdlib>     // std::abort
-#include <cstring>     // std::memcmp
-#include <exception>   // std::exception
-#include <filesystem>  // std::filesystem::temp_directory_path
-#include <fstream>     // std::ofstream
-#include <string>      // std::string
+#include <unistd.h>      // getpid
+#include <cstddef>       // std::size_t
+#include <cstdint>       // std::uint8_t
+#include <cstdlib>       // std::abort
+#include <cstring>       // std::memcmp
+#include <exception>     // std::exception
+#include <filesystem>    // std::filesystem::path, remove, temp_directory_path
+#include <fstream>       // std::ofstream
+#include <string>        // std::string
+#include <system_error>  // std::error_code
 
 namespace {
 
-/// A file of this process's own for the bytes under test (load_npy reads from a path).
+/// A file of this process's own for the bytes under test (load_npy reads from a path), in
+/// memory (/dev/shm) where there is one: on disk, creating files caps fuzzing at ~300 inputs/s.
 std::string scratch_path(const char* suffix) {
-    return (std::filesystem::temp_directory_path() /
-            ("headwise_fuzz_npy_" + std::to_string(getpid()) + suffix))
-        .string();
+    static const std::filesystem::path dir = std::filesystem::is_directory("/dev/shm")
+                                                 ? std::filesystem::path("/dev/shm")
+                                                 : std::filesystem::temp_directory_path();
+    return (dir / ("headwise_fuzz_npy_" + std::to_string(getpid()) + suffix)).string();
 }
 
 void write_file(const std::string& path, const std::uint8_t* data, std::size_t size) {
@@ -59,5 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     load_and_round_trip<float>(path);
     load_and_round_trip<double>(path);
     load_and_round_trip<bool>(path);
+    std::error_code ignored;  // no file outlives the input (libFuzzer may end with _Exit)
+    std::filesystem::remove(path, ignored);
+    std::filesystem::remove(scratch_path(".copy.npy"), ignored);
     return 0;
 }

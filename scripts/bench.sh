@@ -21,6 +21,10 @@
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #   HEADWISE_BENCH_KEEP_OPENBLAS_ENV=1 bash scripts/bench.sh     keep OPENBLAS_CORETYPE/_L2_SIZE
 #
+# Then the long-sequence set (scripts/bench_long.sh, the same --full): the blocked and
+# materialised attention kernels against torch, L up to 4096 (8192 with --full), time and peak
+# memory, in its own build (build/bench/long).
+#
 # OpenBLAS: by default every benchmark process (ours and torch's, which also runs on OpenBLAS)
 # lets OpenBLAS pick its kernels and cache sizes for this CPU, as on a user's machine: an
 # OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE inherited from the environment is dropped, and said so.
@@ -40,7 +44,7 @@ while (($# > 0)); do
     case "$1" in
         --full) full=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,32p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,36p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -180,3 +184,6 @@ declare -a report_args=("${primary}" --png "${root}/bench.png" --runs "${primary
 ((${#torch_jsons[@]} > 0)) && report_args+=(--torch "${torch_jsons[@]}")
 "${python}" bench/report.py "${report_args[@]}"
 echo "headwise: bench.sh done in ${SECONDS} s (builds included)"
+
+# --- Long sequences: the blocked and materialised kernels against torch (own script and files) --
+bash scripts/bench_long.sh $( ((full)) && echo --full)

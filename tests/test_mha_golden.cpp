@@ -54,8 +54,11 @@ void check_close(const std::string& name, TensorView<const T> actual,
 }
 
 template <class T>
-headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
+headwise::MultiheadAttentionOptions options_of(
+    const GoldenCase& c, Projection projection,
+    headwise::AttentionKernel kernel = headwise::AttentionKernel::automatic) {
     headwise::MultiheadAttentionOptions opt;
+    opt.attention_kernel = kernel;
     opt.embed_dim = c.meta_int("embed_dim");
     opt.num_heads = c.meta_int("num_heads");
     opt.projection = projection;
@@ -82,11 +85,13 @@ std::set<std::string> keys_of(const Map& map) {
     return keys;
 }
 
-/// Runs one golden case through a fresh module with the given projection, in training mode with
-/// dropout 0 (so forward keeps what backward needs), and compares everything PyTorch saved.
+/// Runs one golden case through a fresh module with the given projection and attention kernel,
+/// in training mode with dropout 0 (so forward keeps what backward needs), and compares
+/// everything PyTorch saved.
 template <class T>
-void check_case(const GoldenCase& c, Projection projection, double tolerance) {
-    headwise::MultiheadAttention<T> mha(options_of<T>(c, projection), /*seed=*/1);
+void check_case(const GoldenCase& c, Projection projection, headwise::AttentionKernel kernel,
+                double tolerance) {
+    headwise::MultiheadAttention<T> mha(options_of<T>(c, projection, kernel), /*seed=*/1);
     mha.load_state_dict(cast_dict<T>(c.state_dict()));
 
     headwise::AttentionMasks<T> m;
@@ -148,8 +153,11 @@ TEST_CASE("MultiheadAttention<double> reproduces PyTorch 1.13 on every golden ca
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
-    CAPTURE(name, headwise::to_string(projection));
-    check_case<double>(headwise::test::load_golden_case(name), projection, kToleranceDouble);
+    const auto kernel =
+        GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
+    CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
+    check_case<double>(headwise::test::load_golden_case(name), projection, kernel,
+                       kToleranceDouble);
 }
 
 TEST_CASE(
@@ -159,8 +167,10 @@ TEST_CASE(
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
-    CAPTURE(name, headwise::to_string(projection));
-    check_case<float>(headwise::test::load_golden_case(name), projection, kToleranceFloat);
+    const auto kernel =
+        GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
+    CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
+    check_case<float>(headwise::test::load_golden_case(name), projection, kernel, kToleranceFloat);
 }
 
 TEST_CASE("golden state dicts load and save under PyTorch's names and shapes", "[mha][golden]") {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// MultiheadAttention: the reference loops as oracle, the three projections proven identical in
-// outputs and in every gradient, masks, dropout, modes, state dicts and errors.
+// MultiheadAttention: the reference loops as oracle, the three projections and the two attention
+// kernels proven identical in outputs and in every gradient, masks, dropout, modes, state dicts
+// and errors.
 #include <headwise/headwise.hpp>
 
 #include <cmath>   // std::isfinite
@@ -161,6 +162,41 @@ TEMPLATE_TEST_CASE("fused, separate and per_head give identical outputs and grad
     }
 }
 
+TEMPLATE_TEST_CASE("the blocked and materialised kernels agree in outputs, weights and gradients",
+                   "[mha][blocked]", float, double) {
+    using T = TestType;
+    for (MhaConfig c : config_grid()) {
+        for (double dropout : {0.0, 0.3}) {
+            c.dropout = dropout;
+            CAPTURE(c.str());
+            const test::MhaData<T> d = test::make_data<T>(c);
+            for (Projection p : kProjections) {
+                CAPTURE(to_string(p));
+                MultiheadAttentionOptions om = c.options(p), ob = c.options(p);
+                om.attention_kernel = AttentionKernel::materialised;
+                ob.attention_kernel = AttentionKernel::blocked;
+                MultiheadAttention<T> mm(om, 42), mb(ob, 42);  // the same parameters and dropout
+                const AttentionForward<T> fm = run(mm, d), fb = run(mb, d);
+                const Tensor<T> dy = upstream<T>(fm.output.shape());
+                const AttentionGradients<T> gm = mm.backward(fm, dy), gb = mb.backward(fb, dy);
+                HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<T>::rel);
+                if (c.need_weights)
+                    HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(gb.query, gm.query, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(gb.key, gm.key, Tol<T>::rel);
+                HEADWISE_CHECK_CLOSE(gb.value, gm.value, Tol<T>::rel);
+                const auto grads_m = mm.grad_dict();
+                const auto grads_b = mb.grad_dict();
+                REQUIRE(grads_b.size() == grads_m.size());
+                for (const auto& [name, grad] : grads_m) {
+                    CAPTURE(name);
+                    HEADWISE_CHECK_CLOSE(grads_b.at(name), grad, Tol<T>::rel);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("fused self-attention gradients per argument sum to the gradient of the shared input",
           "[mha]") {
     // One tensor x as query, key and value: d/dx = g.query + g.key + g.value. Checked against
@@ -185,13 +221,17 @@ TEMPLATE_TEST_CASE("a query row with no visible key gives zeros, never NaN", "[m
     using T = TestType;
     const auto mask_kind = GENERATE(0, 1, 2, 3);  // attn_mask, key padding, -inf bias, 4-D mask
     const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
-    CAPTURE(mask_kind, to_string(p));
+    const AttentionKernel kernel =
+        GENERATE(AttentionKernel::blocked, AttentionKernel::materialised);
+    CAPTURE(mask_kind, to_string(p), to_string(kernel));
     MhaConfig c;
     c.inputs = Inputs::distinct;
     c.S = 4;
     c.L = 3;
     test::MhaData<T> d = test::make_data<T>(c);
-    MultiheadAttention<T> m(c.options(p), 5);
+    MultiheadAttentionOptions options = c.options(p);
+    options.attention_kernel = kernel;
+    MultiheadAttention<T> m(options, 5);
     // Non-zero biases so that "output = out_proj.bias" is a real statement.
     auto sd = m.state_dict();
     std::mt19937_64 rng(9);

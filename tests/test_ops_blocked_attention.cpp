@@ -191,6 +191,33 @@ TEMPLATE_TEST_CASE("blocked attention drops exactly the entries the materialised
     HEADWISE_CHECK_CLOSE(b.O, m.A, Tol<T>::rel);
 }
 
+TEMPLATE_TEST_CASE("blocked weights recomputed from the log-sum-exp equal the materialised ones",
+                   "[ops][blocked]", float, double) {
+    using T = TestType;
+    const auto row = GENERATE(table<int, double>({{0, 0.0},
+                                                  {kBool | kBias | kPadding | kCausal, 0.0},
+                                                  {kCausal | kAppended, 0.3},
+                                                  {kCausal | kBottomRight, 0.0}}));
+    const int masks = std::get<0>(row);
+    const ops::Dropout dropout{std::get<1>(row), 5};
+    CAPTURE(masks, dropout.p);
+    const Slice<T> x(13, 11, 4, 4, masks, 6);
+    const ops::AttentionTiles tiles{4, 3};
+    const Materialised<T> m = run_materialised(x, T(0.6), dropout);
+    Blocked<T> b = run_blocked(x, T(0.6), dropout, tiles);
+    std::vector<T> scratch(static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles)));
+    const Tensor<T>& A = dropout.active() ? m.A : m.P;  // the materialised weights after dropout
+    Tensor<T> W(Shape{x.L, x.S});
+    ops::blocked_attention_weights<T>(x.Q.matrix(), x.K.matrix(), x.sm, T(0.6), dropout, 5,
+                                      column(b.LSE), tiles, scratch.data(), T(1), W.matrix());
+    HEADWISE_CHECK_CLOSE(W, A, Tol<T>::rel);
+    // alpha scales what is added: W + 0.5 A = 1.5 A.
+    ops::blocked_attention_weights<T>(x.Q.matrix(), x.K.matrix(), x.sm, T(0.6), dropout, 5,
+                                      column(b.LSE), tiles, scratch.data(), T(0.5), W.matrix());
+    for (T& v : W) v /= T(1.5);
+    HEADWISE_CHECK_CLOSE(W, A, Tol<T>::rel);
+}
+
 TEMPLATE_TEST_CASE("a row that sees no key gets zero output and zero gradients, never NaN",
                    "[ops][blocked]", float, double) {
     using T = TestType;
@@ -226,6 +253,41 @@ TEMPLATE_TEST_CASE("a NaN or +inf score makes its row's output NaN and leaves th
             CHECK(std::isnan(b.O(i, e)) == (i == 2 || i == 4));
             if (i != 2 && i != 4) CHECK(std::isfinite(b.dQ(i, e)));
         }
+}
+
+TEMPLATE_TEST_CASE("NaN reaches the same outputs and gradients as in the materialised kernel",
+                   "[ops][blocked]", float, double) {
+    // A NaN behind a mask is not hidden by it (NaN in, NaN out), so a tile that the mask hides
+    // may not be skipped when it holds one: the pattern of NaN must be the materialised one.
+    using T = TestType;
+    const int where = GENERATE(0, 1, 2, 3);  // V of a padded key, K of a padded key, a causally
+                                             // hidden bias entry, dO
+    CAPTURE(where);
+    Slice<T> x(9, 12, 3, 3, kPadding | kCausal | kBias, 12);
+    for (Index i = 0; i < x.L; ++i)
+        for (Index j = 0; j < x.S0; ++j)
+            if (std::isinf(x.bias(i, j))) x.bias(i, j) = T(0);
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    if (where == 0) x.V(11, 1) = nan;  // keys 8 to 11 are padding: a skippable block
+    if (where == 1) x.K(10, 0) = nan;
+    if (where == 2) x.bias(1, 9) = nan;  // hidden from row 1 by the causal rule and padding
+    if (where == 3) x.dO(0, 2) = nan;
+    const ops::AttentionTiles tiles{4, 4};
+    const Materialised<T> m = run_materialised(x, T(0.5), ops::Dropout{});
+    const Blocked<T> b = run_blocked(x, T(0.5), ops::Dropout{}, tiles);
+    const auto same_nan = [](const Tensor<T>& a, const Tensor<T>& e) {
+        for (Index i = 0; i < a.numel(); ++i)
+            if (std::isnan(a.data()[i]) != std::isnan(e.data()[i])) return false;
+        return true;
+    };
+    CHECK(same_nan(b.O, m.O));
+    CHECK(same_nan(b.dQ, m.dQ));
+    CHECK(same_nan(b.dK, m.dK));
+    CHECK(same_nan(b.dV, m.dV));
+    bool any = false;
+    for (const Tensor<T>* t : {&b.O, &b.dQ, &b.dK, &b.dV})
+        for (T v : *t) any = any || std::isnan(v);
+    CHECK(any);  // the NaN got somewhere
 }
 
 TEST_CASE("tiles that a mask hides completely are found, appended keys never", "[ops][blocked]") {

@@ -15,9 +15,9 @@
 
 namespace headwise::ops {
 
-/// Forward of one slice (Vaswani et al. 2017, Eq. 1):
-///   S = scale * Q K^T + bias, masked scores = -inf     [L, S]
-///   P = softmax_rows(S)                                [L, S]  (a row with no visible key is 0)
+/// Forward of one slice (Vaswani et al. 2017, Eq. 1) of L queries over S keys, with Z the scores:
+///   Z = scale * Q K^T + bias, masked scores = -inf     [L, S]
+///   P = softmax_rows(Z)                                [L, S]  (a row with no visible key is 0)
 ///   A = dropout(P)                                     [L, S]  (A is P when dropout is off)
 ///   O = A V                                            [L, Dv]
 /// Writes P (kept for backward and for the returned weights), A when dropout is active (into
@@ -37,8 +37,8 @@ void attention_forward(ConstMatrixRef<T> Q,  // [L, D]
 ///   dV += A^T dO                       from O = A V
 ///   dA  = dO V^T                       from O = A V
 ///   dP  = dropout(dA)  (same mask)     from A = dropout(P)
-///   dS  = P ⊙ (dP - rowsum(dP ⊙ P))    from P = softmax(S)
-///   dQ += scale dS K,  dK += scale dS^T Q   from S = scale Q K^T + bias
+///   dZ  = P ⊙ (dP - rowsum(dP ⊙ P))    from P = softmax(Z)
+///   dQ += scale dZ K,  dK += scale dZ^T Q   from Z = scale Q K^T + bias
 template <class T>
 void attention_backward(ConstMatrixRef<T> Q,  // [L, D]
                         ConstMatrixRef<T> K,  // [S, D]
@@ -61,11 +61,11 @@ void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<
     HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
     HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
     HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
-    // 1. S = scale * Q K^T, into P's storage.
+    // 1. Z = scale * Q K^T, into P's storage.
     gemm<T>(scale, Q, Op::none, K, Op::transpose, T(0), P);
     // 2. bias and masks.
     apply_score_mask(mask, P);
-    // 3. P = softmax(S), row by row.
+    // 3. P = softmax(Z), row by row.
     softmax_forward<T>(P, P);
     // 4. A = dropout(P); 5. O = A V.
     if (dropout.active()) {
@@ -92,11 +92,11 @@ void attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef
     gemm<T>(T(1), dO, Op::none, V, Op::transpose, T(0), scratch);  // dA  [L, S]
     // 4. A = dropout(P)  ->  dP = dA ⊙ M / (1 - p), the same mask.
     if (dropout.active()) dropout_apply(dropout, dropout_stream, scratch, scratch);
-    // 3. P = softmax(S)  ->  dS = P ⊙ (dP - rowsum(dP ⊙ P)); masked and fully masked entries
+    // 3. P = softmax(Z)  ->  dZ = P ⊙ (dP - rowsum(dP ⊙ P)); masked and fully masked entries
     //    have P = 0 and so get no gradient.
     softmax_backward<T>(P, scratch, scratch);
     // 2. the additive bias and the masks pass gradients through unchanged or not at all.
-    // 1. S = scale Q K^T  ->  dQ += scale dS K,  dK += scale dS^T Q.
+    // 1. Z = scale Q K^T  ->  dQ += scale dZ K,  dK += scale dZ^T Q.
     gemm<T>(scale, scratch, Op::none, K, Op::none, T(1), dQ);
     gemm<T>(scale, scratch, Op::transpose, Q, Op::none, T(1), dK);
 }

@@ -5,9 +5,10 @@
 
 #include <Eigen/Core>
 
-#include <cmath>    // std::exp, std::log, std::isnan
-#include <cstdint>  // std::uint64_t
-#include <limits>   // std::numeric_limits
+#include <algorithm>  // std::min, std::max
+#include <cmath>      // std::exp, std::log, std::isnan
+#include <cstdint>    // std::uint64_t
+#include <limits>     // std::numeric_limits
 
 #include "../config.hpp"
 #include "../tensor.hpp"
@@ -33,11 +34,13 @@
 namespace headwise::ops {
 
 /// Tile sizes of the blocked kernels: a block of `rows` query rows (Br) against a block of `cols`
-/// keys (Bc). The defaults keep one [Br, Bc] score tile (32 KiB in float) and the [Bc, D] key and
-/// value blocks in the L1/L2 caches for head dims up to 128.
+/// keys (Bc). The defaults keep backward's two [Br, Bc] tiles (128 KiB each in float) and the
+/// [Bc, D] key and value blocks in a 1 MiB L2 cache for head dims up to 128; measured on the
+/// benchmark machine (AVX-512, D = 64, L = S = 2048 and 4096), 128 x 256 was the fastest of
+/// {64, 128, 256} x {128, 256, 512}: smaller tiles pay Eigen's per-product packing more often.
 struct AttentionTiles {
-    Index rows = 64;   // Br
-    Index cols = 128;  // Bc
+    Index rows = 128;  // Br
+    Index cols = 256;  // Bc
 };
 
 /// Scratch elements (of T) blocked_attention_forward needs.
@@ -93,6 +96,20 @@ void blocked_attention_backward(ConstMatrixRef<T> Q,    // [L, D]
                                 MatrixRef<T> dK,   // [S, D]  +=
                                 MatrixRef<T> dV);  // [S, Dv] +=
 
+/// The attention weights of one slice, recomputed from forward's log-sum-exp (for a caller that
+/// asks for them on the blocked path: one more Q K^T per slice, no [L, S] buffer besides W):
+///   W += alpha dropout(exp(scale Q K^T + mask - LSE))     [L, S]
+/// tile by tile; hidden tiles add nothing. `scratch` holds blocked_attention_forward_scratch(tiles)
+/// elements. With alpha = 1 and W zero it writes the slice's weights after dropout, exactly the
+/// materialised kernel's A (to rounding); summing the heads of a batch into one W averages them.
+template <class T>
+void blocked_attention_weights(ConstMatrixRef<T> Q,  // [L, D]
+                               ConstMatrixRef<T> K,  // [S, D]
+                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                               std::uint64_t dropout_stream, ConstVectorRef<T> LSE,  // [L]
+                               const AttentionTiles& tiles, T* scratch, T alpha,
+                               MatrixRef<T> W);  // [L, S] +=
+
 /// True when `mask` hides every score of the tile rows [i0, i0 + r) x keys [j0, j0 + c) of a
 /// slice with S keys, so that the tile contributes nothing and may be skipped.
 template <class T>
@@ -100,7 +117,11 @@ bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0,
 
 // ------------------------------------------------------------------------------------------------
 
-namespace detail {
+}  // namespace headwise::ops
+
+// Helpers of the blocked kernels (headwise::detail: an ops::detail would hide headwise::detail
+// from the other kernels of headwise::ops).
+namespace headwise::detail {
 
 /// max(a, b), NaN when either is NaN (std::max keeps whichever argument compares first).
 template <class T>
@@ -126,7 +147,24 @@ void exp_shifted_row(const RowIn& X, T shift, RowOut&& P) {
             if (P(j) < std::numeric_limits<T>::min()) P(j) = T(0);
 }
 
-}  // namespace detail
+/// P = exp(S - LSE) row by row in place, forward's probabilities recomputed: 0 for a row that
+/// sees nothing (LSE = +inf), NaN for a row forward made NaN (LSE = NaN).
+template <class Tile, class Lse>
+void exp_rows_from_lse(Tile& P, const Lse& LSE) {
+    using T = typename Tile::Scalar;
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    for (Index k = 0; k < P.rows(); ++k) {
+        if (LSE[k] == kInf) {
+            P.row(k).setZero();
+        } else {
+            exp_shifted_row(P.row(k), T(LSE[k]), P.row(k));
+        }
+    }
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
 
 template <class T>
 bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c) {
@@ -150,6 +188,38 @@ bool tile_hidden(const ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0,
     return false;
 }
 
+}  // namespace headwise::ops
+
+namespace headwise::detail {
+
+/// How many of a tile's c columns (keys j0 .. j0 + c) need computing for rows i0 .. i0 + r: 0
+/// when the mask hides the whole tile, fewer than c when the causal rule hides its trailing
+/// columns from every row (a tile across the diagonal: causal_end grows with the row, so the
+/// last row sees the most), else c. The library's NaN rule (NaN in, NaN out) holds under masks:
+/// a hidden NaN score stays NaN, and a hidden key's NaN value still reaches the output as 0 * NaN,
+/// as in the materialised kernel. So nothing is left out when Q, K or V hold a NaN or an
+/// infinity (`finite`, checked once per slice), nor a hidden part whose bias holds a NaN.
+template <class T>
+Index tile_columns(const ops::ScoreMask<T>& mask, Index S, Index i0, Index r, Index j0, Index c,
+                   bool finite) {
+    if (!finite) return c;
+    Index n = c;
+    if (ops::tile_hidden(mask, S, i0, r, j0, c)) {
+        n = 0;
+    } else if (mask.causal && j0 + c <= mask.covered(S)) {
+        n = std::min(c, std::max<Index>(0, mask.causal_end(i0 + r - 1, S) - j0));
+    }
+    if (n < c && mask.bias)
+        for (Index i = i0; i < i0 + r; ++i)
+            for (Index j = j0 + n; j < j0 + c; ++j)
+                if (std::isnan(mask.bias[i * mask.bias_ld + j])) return c;
+    return n;
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
 template <class T>
 void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
                                const ScoreMask<T>& mask, T scale, const Dropout& dropout,
@@ -164,6 +234,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
     T* const tile = scratch;              // [Br, Bc] scores, then probabilities
     T* const m = scratch + Br * Bc;       // [Br] running row max
     T* const l = scratch + Br * Bc + Br;  // [Br] running row sum of exp(S - m)
+    const bool finite = Q.allFinite() && K.allFinite() && V.allFinite();  // may skip tiles
 
     // Algorithm 1, line 3: for each block Q_i of Br query rows ...
     for (Index i0 = 0; i0 < L; i0 += Br) {
@@ -177,8 +248,10 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
         }
         // line 6: ... and each block K_j, V_j of Bc keys.
         for (Index j0 = 0; j0 < S; j0 += Bc) {
-            const Index c = S - j0 < Bc ? S - j0 : Bc;
-            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            // Keys the mask hides from every row of the block are left out (a whole tile above
+            // the causal diagonal, the hidden end of a tile across it, a block of padding).
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, std::min(Bc, S - j0), finite);
+            if (c == 0) continue;
             MatrixMap<T> Sij(tile, r, c);  // [r, c]
             // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
             gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose, T(0),
@@ -209,16 +282,44 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             gemm<T>(T(1), Sij, Op::none, V.middleRows(j0, c), Op::none, T(1), Oi);
         }
         // line 12: O_i = diag(l_i)^-1 O~_i;  line 13: L_i = m_i + log(l_i).
-        // A row with no visible key (m = -inf) has O = 0 and LSE = +inf, so that backward's
-        // exp(S - LSE) is 0 for it whatever S holds. A NaN score left m (and so O) NaN.
+        // A row with no visible key (m = -inf) keeps O~ = sum 0 V_j: 0, or NaN where a value
+        // is NaN, as the materialised P V gives; its LSE = +inf, so that backward's exp(S - LSE)
+        // is 0 for it whatever S holds. A NaN score left m (and so O) NaN.
         for (Index k = 0; k < r; ++k) {
             if (m[k] == -kInf) {
-                Oi.row(k).setZero();
                 LSE[i0 + k] = kInf;
                 continue;
             }
             Oi.row(k) *= T(1) / l[k];
             LSE[i0 + k] = m[k] + std::log(l[k]);
+        }
+    }
+}
+
+template <class T>
+void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const ScoreMask<T>& mask,
+                               T scale, const Dropout& dropout, std::uint64_t dropout_stream,
+                               ConstVectorRef<T> LSE, const AttentionTiles& tiles, T* scratch,
+                               T alpha, MatrixRef<T> W) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    HEADWISE_ASSERT(Q.cols() == K.cols() && LSE.size() == Q.rows());
+    HEADWISE_ASSERT(W.rows() == Q.rows() && W.cols() == K.rows());
+    const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    // A NaN row of forward (LSE NaN) is NaN in every column, skipped tiles included.
+    const bool finite = Q.allFinite() && K.allFinite() && !LSE.hasNaN();
+    for (Index i0 = 0; i0 < L; i0 += Br) {
+        const Index r = L - i0 < Br ? L - i0 : Br;
+        for (Index j0 = 0; j0 < S; j0 += Bc) {
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, std::min(Bc, S - j0), finite);
+            if (c == 0) continue;
+            MatrixMap<T> Pij(scratch, r, c);  // [r, c]
+            // As backward's step: P_ij = exp(scale Q_i K_j^T + mask - L_i), then dropout.
+            gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose, T(0),
+                    Pij);
+            apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
+            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
+            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Pij, Pij);
+            W.block(i0, j0, r, c) += alpha * Pij;
         }
     }
 }
@@ -235,11 +336,13 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
     HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
     HEADWISE_ASSERT(dO.rows() == O.rows() && dO.cols() == O.cols());
     HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
-    constexpr T kInf = std::numeric_limits<T>::infinity();
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     T* const tile_p = scratch;               // [Br, Bc] P_ij
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
     T* const delta = scratch + 2 * Br * Bc;  // [L]
+    // NaN reaches every gradient the materialised backward would reach, skipped tiles included.
+    const bool finite =
+        Q.allFinite() && K.allFinite() && V.allFinite() && dO.allFinite() && !LSE.hasNaN();
 
     // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
     // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
@@ -248,15 +351,17 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
 
     // line 5: for each block K_j, V_j of Bc keys (dK_j, dV_j accumulate across the inner loop) ...
     for (Index j0 = 0; j0 < S; j0 += Bc) {
-        const Index c = S - j0 < Bc ? S - j0 : Bc;
-        auto Kj = K.middleRows(j0, c);    // [c, D]
-        auto Vj = V.middleRows(j0, c);    // [c, Dv]
-        auto dKj = dK.middleRows(j0, c);  // [c, D]
-        auto dVj = dV.middleRows(j0, c);  // [c, Dv]
-        // line 7: ... and each block Q_i of Br query rows.
+        const Index cj = std::min(Bc, S - j0);
+        // line 7: ... and each block Q_i of Br query rows, with the keys of the block that some
+        // row of Q_i sees (as in forward).
         for (Index i0 = 0; i0 < L; i0 += Br) {
             const Index r = L - i0 < Br ? L - i0 : Br;
-            if (tile_hidden(mask, S, i0, r, j0, c)) continue;
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, cj, finite);
+            if (c == 0) continue;
+            auto Kj = K.middleRows(j0, c);    // [c, D]
+            auto Vj = V.middleRows(j0, c);    // [c, Dv]
+            auto dKj = dK.middleRows(j0, c);  // [c, D]
+            auto dVj = dV.middleRows(j0, c);  // [c, Dv]
             auto Qi = Q.middleRows(i0, r);    // [r, D]
             auto dOi = dO.middleRows(i0, r);  // [r, Dv]
             MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
@@ -266,14 +371,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
             // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
             // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
-            for (Index k = 0; k < r; ++k) {
-                const T lse = LSE[i0 + k];
-                if (lse == kInf) {
-                    Pij.row(k).setZero();
-                } else {
-                    detail::exp_shifted_row(Pij.row(k), lse, Pij.row(k));
-                }
-            }
+            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
             // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
             if (dropout.active()) {
                 dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);

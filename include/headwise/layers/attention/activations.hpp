@@ -9,9 +9,11 @@
 
 #include "../../config.hpp"
 #include "../../detail/scratch_buffer.hpp"
+#include "../../ops/blocked_attention.hpp"
 #include "../../ops/dropout.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
+#include "options.hpp"
 #include "projection_plan.hpp"
 
 namespace headwise::detail {
@@ -25,8 +27,11 @@ struct AttentionCall {
     bool bias_kv = false, zero_attn = false;  // keys appended after the projected ones
     T scale = T(0);                           // 1 / sqrt(D)
     ops::Dropout dropout;                     // inactive in eval mode
-    Shape shape_of[3];                        // of the query, key and value arguments
-    int x_of[3] = {kQuery, kKey, kValue};     // which argument holds input i's data
+    bool blocked = false;       // ops/blocked_attention.hpp ran (else ops/attention.hpp)
+    ops::AttentionTiles tiles;  // the blocked kernel's tiles
+    AttentionMasks<T> masks;    // the call's masks: a blocked backward applies them again
+    Shape shape_of[3];          // of the query, key and value arguments
+    int x_of[3] = {kQuery, kKey, kValue};  // which argument holds input i's data
 
     const AttentionGeometry& g() const noexcept { return plan.key.g; }
     const InProjLayout& layout() const noexcept { return plan.key.layout; }
@@ -43,8 +48,11 @@ StridedMatrixMap<T> head_block(T* data, const HeadLayout& l, Index b, Index h, I
 ///   X_i [B N_i, in_i]      the inputs (copied only when backward needs them)
 ///   Y                      the projection buffers the plan's GEMMs write
 ///   K', V' [B, Hkv, S', D] keys and values with bias_k / the zero key appended (when any)
-///   P [B, H, L, S']        softmax probabilities (one [L, S'] slice per thread when not kept)
+///   P [B, H, L, S']        softmax probabilities (one [L, S'] slice per thread when not kept;
+///                          none for the blocked kernel)
 ///   A [threads, L, S']     probabilities after dropout (only when dropout is active)
+///   LSE [B, H, L]          each query row's log-sum-exp (blocked kernel)
+///   tiles [threads, n]     the blocked kernel's per-thread scratch
 ///   ctx [B L, E]           Concat(head_1, ..., head_H)
 /// The accessors hide the head layout each projection leaves behind. The same type holds the
 /// gradients in backward (dY, dK', dV', dctx and a per-thread [L, S'] scratch in P's place), so
@@ -60,8 +68,9 @@ public:
             call.plan = make_projection_plan(key);
     }
 
-    /// Sizes the forward buffers for call.plan. `keep_p`: P whole, else one slice per thread.
-    /// Contents are unspecified: each step writes its buffers in full.
+    /// Sizes the forward buffers for call.plan and call.blocked. `keep_p`: P whole, else one
+    /// slice per thread (materialised kernel). Contents are unspecified: each step writes its
+    /// buffers in full.
     void size_forward(bool keep_p, bool dropout, int threads) {
         size(keep_p, dropout, threads, false);
     }
@@ -71,6 +80,8 @@ public:
     void size_backward(const AttentionCall<T>& fwd, int threads) {
         call.plan.key = fwd.plan.key;
         call.plan.buffers = fwd.plan.buffers;
+        call.blocked = fwd.blocked;
+        call.tiles = fwd.tiles;
         for (int i = 0; i < 3; ++i) call.plan.heads[i] = fwd.plan.heads[i];
         size(false, false, threads, true);
     }
@@ -132,6 +143,15 @@ public:
         return TensorView<T>(p_.data(), Shape{g.B, heads_, g.L, g.Sx});
     }
 
+    /// LSE_bh [L]: the log-sum-exp of each query row of slice (b, h) (blocked kernel).
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> lse(Index b, Index h) {
+        const Index L = call.g().L;
+        return Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(lse_.data() + (b * heads_ + h) * L,
+                                                               L);
+    }
+    /// Thread `thread`'s scratch for the blocked kernels.
+    T* tile_scratch(int thread) { return tiles_.data() + thread * tile_scratch_; }
+
     /// ctx [B L, E] and head h's [L, D] block of batch b.
     MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), call.g().B * call.g().L, E_); }
     auto ctx(Index b, Index h) { return ctx().block(b * call.g().L, h * D_, call.g().L, D_); }
@@ -169,8 +189,16 @@ private:
             att_[kKey] = l;
             att_[kValue] = l;
         }
-        p_.get(keep_p ? Shape{g.B, heads_, g.L, g.Sx} : Shape{threads, g.L, g.Sx});
-        if (dropout) a_.get(Shape{threads, g.L, g.Sx});
+        if (call.blocked) {
+            // Backward needs two tiles and Delta [L]; forward a tile and the running max and sum.
+            tile_scratch_ = zero ? ops::blocked_attention_backward_scratch(call.tiles, g.L)
+                                 : ops::blocked_attention_forward_scratch(call.tiles);
+            tiles_.get(Shape{threads, tile_scratch_});
+            if (!zero) lse_.get(Shape{g.B, heads_, g.L});
+        } else {
+            p_.get(keep_p ? Shape{g.B, heads_, g.L, g.Sx} : Shape{threads, g.L, g.Sx});
+            if (dropout) a_.get(Shape{threads, g.L, g.Sx});
+        }
         const Shape ctx{g.B * g.L, E_};
         if (zero)
             ctx_.zeros(ctx);
@@ -184,7 +212,8 @@ private:
         return head_block(proj_data_[input], proj_[input], b, h, D_);
     }
 
-    ScratchBuffer<T> x_buffer_[3], y_[3], kx_, vx_, p_, a_, ctx_;
+    ScratchBuffer<T> x_buffer_[3], y_[3], kx_, vx_, p_, a_, ctx_, lse_, tiles_;
+    Index tile_scratch_ = 0;  // elements of tiles_ per thread
     TensorView<const T> x_[3];
     HeadLayout proj_[3] = {}, att_[3] = {};  // layouts of the projection blocks, of the operands
     T* proj_data_[3] = {};

@@ -7,6 +7,7 @@
 
 #include <algorithm>    // std::copy
 #include <cmath>        // std::sqrt, std::isfinite
+#include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::shared_ptr, std::make_shared
 #include <stdexcept>    // std::invalid_argument
@@ -19,6 +20,7 @@
 #include "../../error.hpp"
 #include "../../init.hpp"
 #include "../../ops/attention.hpp"
+#include "../../ops/blocked_attention.hpp"
 #include "../../ops/cached_attention.hpp"
 #include "../../ops/dropout.hpp"
 #include "../../ops/linear.hpp"
@@ -55,6 +57,9 @@ struct AttentionGradients {
     Tensor<T> query;
     Tensor<T> key;
     Tensor<T> value;
+    // Self-attention with AttentionBackwardOptions::combine_self: the one tensor's gradient,
+    // query + key + value (which are then empty). Empty otherwise.
+    Tensor<T> input;
 };
 
 /// Head i's slices of the in-projection, as views into the packed parameters (no copy):
@@ -133,7 +138,8 @@ public:
 
     /// Gradients of sum(output ⊙ grad_output) for the call that produced `fwd`: returned for the
     /// arguments, added into this module's parameter gradients (until zero_grad()).
-    AttentionGradients<T> backward(const AttentionForward<T>& fwd, TensorView<const T> grad_output);
+    AttentionGradients<T> backward(const AttentionForward<T>& fwd, TensorView<const T> grad_output,
+                                   const AttentionBackwardOptions& options = {});
 
     /// Switches the projection computation; parameters and gradients stay as they are. Throws
     /// std::invalid_argument for a value that is no Projection enumerator.
@@ -144,6 +150,9 @@ public:
         return *this;
     }
     Projection projection() const noexcept { return options_.projection; }
+    /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
+    /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
+    AttentionKernel kernel_for(Index L, Index S, bool need_weights) const noexcept;
     const Options& options() const noexcept { return options_; }
     Index embed_dim() const noexcept { return layout_.E; }
     Index num_heads() const noexcept { return layout_.H; }
@@ -194,7 +203,6 @@ private:
                      TensorView<const T> query, TensorView<const T> key, TensorView<const T> value);
     ops::ScoreMask<T> score_mask(const AttentionMasks<T>& m, Index b, Index h,
                                  const detail::AttentionGeometry& g) const;
-    Tensor<T> average_heads(TensorView<const T> per_head) const;
     MatrixMap<const T> in_weight(const detail::ProjectionGemm& gm) const {
         return MatrixMap<const T>(w_in_.data() + gm.w_offset, gm.w_rows, gm.in);
     }
@@ -429,6 +437,20 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
     return mask;
 }
 
+/// Scores per (batch, head) slice from which AttentionKernel::automatic runs the blocked kernel:
+/// below, the materialised [L, S'] slice (1 MiB in float at the threshold) stays in the L2
+/// cache and the materialised backward, one product fewer than the blocked one, is faster.
+inline constexpr Index kBlockedMinScores = 512 * 512;
+
+template <class T>
+AttentionKernel MultiheadAttention<T>::kernel_for(Index L, Index S,
+                                                  bool need_weights) const noexcept {
+    if (options_.attention_kernel != AttentionKernel::automatic) return options_.attention_kernel;
+    const Index Sx = S + (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
+    return !need_weights && L * Sx >= kBlockedMinScores ? AttentionKernel::blocked
+                                                        : AttentionKernel::materialised;
+}
+
 template <class T>
 AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> key,
@@ -448,13 +470,15 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     if (this->training_) saved = pool_.make_saved();
     detail::AttentionActivations<T>& a = saved ? *saved->activations : eval_activations_;
     set_up_call(a, g, query, key, value);
+    a.call.blocked = kernel_for(L, S, masks.need_weights) == AttentionKernel::blocked;
+    // A blocked backward applies the masks again: training keeps a copy of them.
+    a.call.masks = this->training_ && a.call.blocked ? masks : AttentionMasks<T>{};
     const detail::AttentionCall<T>& c = a.call;
-    a.size_forward(this->training_ || masks.need_weights, c.dropout.active(),
-                   detail::max_threads());
+    a.size_forward(!c.blocked && this->training_, c.dropout.active(), detail::max_threads());
     a.set_inputs({query.reshape(detail::merge_rows(query.shape())),   // [B L, E]
                   key.reshape(detail::merge_rows(key.shape())),       // [B S, kdim]
                   value.reshape(detail::merge_rows(value.shape()))},  // [B S, vdim]
-                 this->training_);
+                 this->training_ && !options_.reference_inputs);
 
     // ---- 1. in-projection: Q = Xq Wq^T + bq, K = Xk Wk^T + bk, V = Xv Wv^T + bv --------------
     for (const detail::ProjectionGemm& gm : c.plan.gemms)
@@ -478,23 +502,54 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
             }
 
     // ---- 3. attention per (batch, head): O_bh = dropout(softmax(scale Q K^T + mask)) V -------
-    // Query head h reads key/value head kv_head(h). Slices are independent, so they may run on
-    // several threads. The per-head weights after
-    // dropout are copied out when the caller wants them and they differ from P.
+    // Query head h reads key/value head kv_head(h).
+    // Blocked kernel: tile by tile, keeping LSE_bh [L]; materialised: P_bh [L, S'] whole.
+    // The weights, when asked for, are the probabilities after dropout (as torch returns them):
+    // per head [B, H, L, S'], or averaged over the heads [B, L, S'], summed into one [L, S']
+    // matrix per batch as each head is done, so that no [B, H, L, S'] is held for them. Slices
+    // are independent and may run on several threads; with averaged weights a thread takes the
+    // heads of one batch in turn (they add into the same matrix).
     const bool average = masks.need_weights && masks.average_attn_weights;
-    Tensor<T> weights = masks.need_weights && (!average || c.dropout.active())
-                            ? Tensor<T>::uninitialized(Shape{B, H, L, Sx})  // written per slice
-                            : Tensor<T>();
-    detail::parallel_for(B * H, [&](Index slice, int thread) {
-        const Index b = slice / H, h = slice % H, kv = layout_.kv_head(h);
-        ops::attention_forward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), score_mask(masks, b, h, g),
-                                  c.scale, c.dropout, static_cast<std::uint64_t>(slice),
-                                  a.p(b, h, thread), a.dropped(b, h, thread), a.ctx(b, h));
-        if (!weights.empty())
-            MatrixMap<T>(weights.data() + slice * L * Sx, L, Sx) = a.dropped(b, h, thread);
-    });
-    // torch returns the weights after dropout, averaged over heads: [B, L, S'].
-    if (average) weights = average_heads(weights.empty() ? a.p_all() : weights.view());
+    Tensor<T> weights;
+    if (masks.need_weights)
+        weights = average ? Tensor<T>(Shape{B, L, Sx})  // zero: the heads are added in
+                          : Tensor<T>::uninitialized(Shape{B, H, L, Sx});  // written per slice
+    const auto attend = [&](Index b, Index h, int thread) {
+        const Index slice = b * H + h, kv = layout_.kv_head(h);
+        const auto stream = static_cast<std::uint64_t>(slice);
+        const ops::ScoreMask<T> mask = score_mask(masks, b, h, g);
+        MatrixMap<T> W(weights.empty() ? nullptr : weights.data() + (average ? b : slice) * L * Sx,
+                       L, Sx);  // [L, S'] this slice's weights, or its batch's sum
+        if (c.blocked) {
+            ops::blocked_attention_forward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), mask, c.scale,
+                                              c.dropout, stream, c.tiles, a.tile_scratch(thread),
+                                              a.lse(b, h), a.ctx(b, h));
+            if (masks.need_weights) {
+                if (!average) W.setZero();
+                ops::blocked_attention_weights<T>(a.q(b, h), a.k(b, kv), mask, c.scale, c.dropout,
+                                                  stream, a.lse(b, h), c.tiles,
+                                                  a.tile_scratch(thread), T(1), W);
+            }
+        } else {
+            ops::attention_forward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), mask, c.scale, c.dropout,
+                                      stream, a.p(b, h, thread), a.dropped(b, h, thread),
+                                      a.ctx(b, h));
+            if (average) {
+                W += a.dropped(b, h, thread);
+            } else if (masks.need_weights) {
+                W = a.dropped(b, h, thread);
+            }
+        }
+    };
+    if (average) {
+        detail::parallel_for(B, [&](Index b, int thread) {
+            for (Index h = 0; h < H; ++h) attend(b, h, thread);
+        });
+        weights.matrix() /= static_cast<T>(H);  // the mean over heads, [B, L, S']
+    } else {
+        detail::parallel_for(
+            B * H, [&](Index slice, int thread) { attend(slice / H, slice % H, thread); });
+    }
 
     // ---- 4. output = ctx W_o^T + b_o -----------------------------------------------------------
     AttentionForward<T> result;
@@ -510,22 +565,9 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
 }
 
 template <class T>
-Tensor<T> MultiheadAttention<T>::average_heads(TensorView<const T> per_head) const {
-    const Index B = per_head.size(0), H = per_head.size(1), L = per_head.size(2),
-                Sx = per_head.size(3);
-    Tensor<T> avg(Shape{B, L, Sx});  // [B, L, S']
-    for (Index b = 0; b < B; ++b) {
-        MatrixMap<T> Wb(avg.data() + b * L * Sx, L, Sx);
-        for (Index h = 0; h < H; ++h)
-            Wb += MatrixMap<const T>(per_head.data() + (b * H + h) * L * Sx, L, Sx);
-        Wb /= static_cast<T>(H);
-    }
-    return avg;
-}
-
-template <class T>
 AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>& fwd,
-                                                      TensorView<const T> grad_output) {
+                                                      TensorView<const T> grad_output,
+                                                      const AttentionBackwardOptions& options) {
     using detail::kKey;
     using detail::kQuery;
     using detail::kValue;
@@ -550,16 +592,24 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                             options_.bias ? gb_out_.data() : nullptr);
 
     // ---- 3. attention per (batch, head), in reverse: dQ_bh, dK_bh, dV_bh from dO_bh ------------
-    // The G query heads of a group add into their key/value head's dK, dV: one task per
-    // (batch, key/value head) walks its group's heads in turn, so no two threads add into one.
+    // Blocked: the probabilities recomputed tile by tile from LSE_bh, with forward's masks and
+    // O_bh = ctx_bh; materialised: from the saved P_bh. The G query heads of a group add into
+    // their key/value head's dK, dV: one task per (batch, key/value head) walks its group's heads
+    // in turn, so no two threads add into one.
     detail::parallel_for(B * Hkv, [&](Index task, int thread) {
         const Index b = task / Hkv, kv = task % Hkv;
         for (Index h = kv * G; h < (kv + 1) * G; ++h) {
-            const Index slice = b * H + h;  // forward's dropout stream
-            ops::attention_backward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), a.p(b, h, thread),
-                                       c.scale, c.dropout, static_cast<std::uint64_t>(slice),
-                                       d.ctx(b, h), d.p(b, h, thread), d.q(b, h), d.k(b, kv),
-                                       d.v(b, kv));
+            const auto stream = static_cast<std::uint64_t>(b * H + h);  // forward's dropout stream
+            if (c.blocked) {
+                ops::blocked_attention_backward<T>(
+                    a.q(b, h), a.k(b, kv), a.v(b, kv), a.ctx(b, h), a.lse(b, h),
+                    score_mask(c.masks, b, h, g), c.scale, c.dropout, stream, c.tiles, d.ctx(b, h),
+                    d.tile_scratch(thread), d.q(b, h), d.k(b, kv), d.v(b, kv));
+            } else {
+                ops::attention_backward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), a.p(b, h, thread),
+                                           c.scale, c.dropout, stream, d.ctx(b, h),
+                                           d.p(b, h, thread), d.q(b, h), d.k(b, kv), d.v(b, kv));
+            }
         }
     });
 
@@ -576,24 +626,44 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                 }
             }
 
-    // ---- 1. in-projection, in reverse: dW += dY^T X and db += sum dY per GEMM; dX per segment
-    Tensor<T> dx[3];  // [B N_i, in_i]
-    for (int i : {kQuery, kKey, kValue}) dx[i] = Tensor<T>(a.x(i).shape());
+    // ---- 1. in-projection, in reverse: dW += dY^T X and db += sum dY per GEMM; dX per segment,
+    // for the arguments asked for only. A self-attention gradient asked for once gathers every
+    // segment into one tensor, and segments side by side in one GEMM's output become one product
+    // (dX = dY [B L, 3E] W [3E, E] when fused) instead of three that each pass over dX.
+    const bool once = options.combine_self && c.plan.key.self;
+    const bool asked[3] = {once || options.query, once || options.key, once || options.value};
+    auto into = [&](int input) { return once ? static_cast<int>(kQuery) : input; };
+    Tensor<T> dx[3];  // [B N_i, in_i]; with `once`, dx[kQuery] gathers all three
+    for (int i : {kQuery, kKey, kValue})
+        if (asked[i] && into(i) == i) dx[i] = Tensor<T>(a.x(i).shape());
     for (const detail::ProjectionGemm& gm : c.plan.gemms) {
         const StridedMatrixMap<T> dY = d.y(gm);  // [B N, w_rows]
         ops::linear_backward_weight<T>(dY, a.x(gm.input).matrix(),
                                        MatrixMap<T>(gw_in_.data() + gm.w_offset, gm.w_rows, gm.in));
         if (options_.bias) ops::linear_backward_bias<T>(dY, gb_in_.data() + gm.b_offset);
-        for (const detail::Segment& seg : gm.segments)
-            if (seg.rows > 0)
-                ops::linear_backward_input<T>(dY.middleCols(seg.row0, seg.rows),
-                                              in_weight(gm).middleRows(seg.row0, seg.rows),
-                                              dx[seg.input].matrix());
+        for (std::size_t s = 0; s < gm.segments.size();) {
+            const detail::Segment& first = gm.segments[s];
+            Index rows = first.rows;
+            std::size_t next = s + 1;
+            while (next < gm.segments.size() && gm.segments[next].rows > 0 &&
+                   into(gm.segments[next].input) == into(first.input) &&
+                   gm.segments[next].row0 == first.row0 + rows)
+                rows += gm.segments[next++].rows;
+            if (rows > 0 && asked[first.input])
+                ops::linear_backward_input<T>(dY.middleCols(first.row0, rows),
+                                              in_weight(gm).middleRows(first.row0, rows),
+                                              dx[into(first.input)].matrix());
+            s = next;
+        }
     }
     AttentionGradients<T> grads;
-    grads.query = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
-    grads.key = std::move(dx[kKey]).reshape(c.shape_of[kKey]);
-    grads.value = std::move(dx[kValue]).reshape(c.shape_of[kValue]);
+    if (once) {
+        grads.input = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
+        return grads;
+    }
+    if (asked[kQuery]) grads.query = std::move(dx[kQuery]).reshape(c.shape_of[kQuery]);
+    if (asked[kKey]) grads.key = std::move(dx[kKey]).reshape(c.shape_of[kKey]);
+    if (asked[kValue]) grads.value = std::move(dx[kValue]).reshape(c.shape_of[kValue]);
     return grads;
 }
 

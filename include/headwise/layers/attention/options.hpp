@@ -58,6 +58,36 @@ bool mask_absent(const Tensor<U>& mask) {
 
 }  // namespace detail
 
+/// Which attention kernel MultiheadAttention runs for each (batch, head) slice. Both give the
+/// same outputs, gradients and dropout masks (to rounding); they differ in memory and speed.
+enum class AttentionKernel {
+    /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
+    /// are short (L S' < kBlockedMinScores scores per slice), where the materialised [L, S']
+    /// slice stays in cache and its backward does one product less (measured: bench_long at
+    /// (8, 128, 512, 8)).
+    automatic,
+    /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
+    /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
+    /// [L, S'] matrix is ever held. With need_weights the weights are recomputed from the
+    /// log-sum-exp (one more Q K^T per slice), averaged ones costing [B, L, S'] only.
+    blocked,
+    /// ops/attention.hpp: each slice's [L, S'] probabilities are materialised; training keeps
+    /// them all, [B, H, L, S'], for backward.
+    materialised,
+};
+
+inline const char* to_string(AttentionKernel k) noexcept {
+    switch (k) {
+        case AttentionKernel::automatic:
+            return "automatic";
+        case AttentionKernel::blocked:
+            return "blocked";
+        case AttentionKernel::materialised:
+            return "materialised";
+    }
+    return "unknown";
+}
+
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
     Index embed_dim = 0;  // E
@@ -69,6 +99,11 @@ struct MultiheadAttentionOptions {
     bool add_bias_kv = false;    // learnt bias_k, bias_v appended to the keys and values
     bool add_zero_attn = false;  // a zero key and value appended after them
     double dropout = 0.0;        // on the attention weights, in training mode; in [0, 1)
+    /// In training mode forward keeps views of query, key and value for backward's weight
+    /// gradients instead of copies, saving a copy of each input per call. The lifetime rule:
+    /// the tensors passed to a training forward must stay alive and unchanged until backward
+    /// has run on its result (as when the caller keeps its activations for its own backward).
+    bool reference_inputs = false;
 
     // Key/value heads Hkv (grouped-query attention): must divide num_heads; 0 means num_heads
     // (multi-head attention), 1 is multi-query attention. Query head h uses key/value head
@@ -77,6 +112,10 @@ struct MultiheadAttentionOptions {
 
     // Multiplies the scores Q K^T; unset means 1 / sqrt(D). Must be finite.
     std::optional<double> scale;
+
+    // Which kernel computes attention (see AttentionKernel): automatic, or forced either way
+    // (for tests, and for whoever wants the weights from the materialised kernel).
+    AttentionKernel attention_kernel = AttentionKernel::automatic;
 };
 
 /// Everything optional that shapes one attention call. Boolean masks: `true` means *may not
@@ -99,6 +138,18 @@ struct AttentionMasks {
     // How is_causal aligns L queries with S keys: top_left (j <= i, PyTorch's is_causal) or
     // bottom_right (j <= i + S - L: a chunk of new tokens after S - L earlier ones).
     CausalAlignment causal_alignment = CausalAlignment::top_left;
+};
+
+/// What one backward call computes besides the parameter gradients, which it always adds.
+struct AttentionBackwardOptions {
+    bool query = true;  // AttentionGradients::query; false leaves it empty and skips its GEMMs
+    bool key = true;    // AttentionGradients::key, likewise
+    bool value = true;  // AttentionGradients::value, likewise
+    /// Self-attention (one tensor passed as query, key and value): its gradient once, in
+    /// AttentionGradients::input (= query + key + value), from one GEMM over the three
+    /// projections, with query, key and value left empty; takes precedence over the three
+    /// flags. A call that is not self-attention keeps the per-argument form.
+    bool combine_self = false;
 };
 
 }  // namespace headwise

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention's choice of attention kernel, and the blocked kernel inside the module on
+// sequences longer than one tile, with masks the caller no longer holds at backward.
+#include <headwise/headwise.hpp>
+
+#include <random>  // std::mt19937_64
+
+#include "support/catch.hpp"
+#include "support/match.hpp"
+#include "support/tolerance.hpp"
+
+using namespace headwise;
+
+namespace {
+
+MultiheadAttentionOptions small_options(AttentionKernel kernel) {
+    MultiheadAttentionOptions o;
+    o.embed_dim = 16;
+    o.num_heads = 2;
+    o.attention_kernel = kernel;
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("the automatic choice: blocked for long sequences without weights", "[mha][blocked]") {
+    const MultiheadAttention<float> automatic(small_options(AttentionKernel::automatic));
+    CHECK(automatic.kernel_for(128, 128, false) == AttentionKernel::materialised);
+    CHECK(automatic.kernel_for(512, 512, false) == AttentionKernel::blocked);
+    CHECK(automatic.kernel_for(4096, 4096, false) == AttentionKernel::blocked);
+    CHECK(automatic.kernel_for(1, 1 << 20, false) == AttentionKernel::blocked);
+    CHECK(automatic.kernel_for(4096, 4096, true) == AttentionKernel::materialised);
+    MultiheadAttentionOptions o = small_options(AttentionKernel::automatic);
+    o.add_bias_kv = true;  // S' = S + 1 counts
+    CHECK(MultiheadAttention<float>(o).kernel_for(512, 511, false) == AttentionKernel::blocked);
+    for (AttentionKernel forced : {AttentionKernel::blocked, AttentionKernel::materialised}) {
+        const MultiheadAttention<float> m(small_options(forced));
+        CHECK(m.kernel_for(8, 8, false) == forced);
+        CHECK(m.kernel_for(4096, 4096, true) == forced);
+    }
+    CHECK(std::string(to_string(AttentionKernel::blocked)) == "blocked");
+}
+
+TEST_CASE(
+    "blocked equals materialised in the module over many tiles, masks dropped before backward",
+    "[mha][blocked]") {
+    // 300 queries over 300 keys: three query tiles and two key tiles of 128 x 256, neither
+    // dividing; causal (upper tiles skipped), key padding (a padded block), dropout, bias_kv.
+    const Index B = 2, L = 300, E = 16;
+    const bool need_weights = GENERATE(false, true);
+    CAPTURE(need_weights);
+    std::mt19937_64 rng(3);
+    const auto x = Tensor<double>::randn(Shape{B, L, E}, rng);
+    const auto dy = Tensor<double>::randn(Shape{B, L, E}, rng);
+    const auto bias = Tensor<double>::randn(Shape{L, L}, rng);
+    AttentionForward<double> f[2];
+    MultiheadAttentionOptions options[2] = {small_options(AttentionKernel::blocked),
+                                            small_options(AttentionKernel::materialised)};
+    std::vector<MultiheadAttention<double>> modules;
+    for (MultiheadAttentionOptions& o : options) {
+        o.dropout = 0.2;
+        o.add_bias_kv = true;
+        modules.emplace_back(o, 17);
+    }
+    for (int i = 0; i < 2; ++i) {
+        // The masks live only for the forward: backward must not need the caller's copy.
+        AttentionMasks<double> masks;
+        masks.is_causal = true;
+        masks.key_padding_mask = Tensor<bool>(Shape{B, L});
+        for (Index j = 40; j < L; ++j) masks.key_padding_mask(1, j) = true;  // batch 1: 40 keys
+        masks.attn_bias = bias;
+        masks.need_weights = need_weights;
+        f[i] = modules[static_cast<std::size_t>(i)].forward(x, x, x, masks);
+    }
+    HEADWISE_CHECK_CLOSE(f[0].output, f[1].output, Tol<double>::rel);
+    if (need_weights) {
+        CHECK(f[0].attn_weights.shape() == Shape{B, L, L + 1});  // averaged: [B, L, S']
+        HEADWISE_CHECK_CLOSE(f[0].attn_weights, f[1].attn_weights, Tol<double>::rel);
+    }
+    const AttentionGradients<double> g0 = modules[0].backward(f[0], dy);
+    const AttentionGradients<double> g1 = modules[1].backward(f[1], dy);
+    HEADWISE_CHECK_CLOSE(g0.query, g1.query, Tol<double>::rel);
+    HEADWISE_CHECK_CLOSE(g0.key, g1.key, Tol<double>::rel);
+    HEADWISE_CHECK_CLOSE(g0.value, g1.value, Tol<double>::rel);
+    const auto grads1 = modules[1].grad_dict();
+    for (const auto& [name, grad] : modules[0].grad_dict()) {
+        CAPTURE(name);
+        HEADWISE_CHECK_CLOSE(grad, grads1.at(name), Tol<double>::rel);
+    }
+}
+
+TEST_CASE("per-head weights on the blocked kernel equal the materialised ones", "[mha][blocked]") {
+    std::mt19937_64 rng(8);
+    const auto q = Tensor<float>::randn(Shape{2, 9, 16}, rng);
+    const auto kv = Tensor<float>::randn(Shape{2, 11, 16}, rng);
+    AttentionMasks<float> masks;
+    masks.need_weights = true;
+    masks.average_attn_weights = false;
+    masks.attn_mask = Tensor<bool>(Shape{9, 11});
+    for (Index j = 0; j < 11; ++j) masks.attn_mask(4, j) = true;  // a row that sees nothing
+    MultiheadAttention<float> blocked(small_options(AttentionKernel::blocked), 2);
+    MultiheadAttention<float> materialised(small_options(AttentionKernel::materialised), 2);
+    blocked.eval();
+    materialised.eval();
+    const auto fb = blocked.forward(q, kv, kv, masks);
+    const auto fm = materialised.forward(q, kv, kv, masks);
+    CHECK(fb.attn_weights.shape() == Shape{2, 2, 9, 11});
+    HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights, Tol<float>::rel);
+    HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<float>::rel);
+    for (Index j = 0; j < 11; ++j) CHECK(fb.attn_weights(1, 0, 4, j) == 0.0f);
+}
