@@ -4,50 +4,21 @@
 // cache's size and memory; errors that leave the cache as it was; no allocation per step.
 //
 // This file counts heap allocations: it replaces the global operator new (every headwise buffer
-// comes from it) and builds Eigen with EIGEN_RUNTIME_NO_MALLOC, so that an Eigen temporary inside
-// a step would fail an assertion.
+// comes from it; support/allocation_counter.hpp) and builds Eigen with EIGEN_RUNTIME_NO_MALLOC, so
+// that an Eigen temporary inside a step would fail an assertion.
 #define EIGEN_RUNTIME_NO_MALLOC
 #include <headwise/headwise.hpp>
 
-#include <atomic>     // std::atomic
 #include <cstddef>    // std::size_t
-#include <cstdlib>    // std::malloc, std::free, std::aligned_alloc
-#include <new>        // std::bad_alloc, std::align_val_t
 #include <optional>   // std::optional
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+#include "support/allocation_counter.hpp"
 #include "support/catch.hpp"
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
-
-// ---- allocation counting -----------------------------------------------------------------------
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-    ++g_allocations;
-    if (void* p = std::malloc(n ? n : 1)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return ::operator new(n); }
-void* operator new(std::size_t n, std::align_val_t a) {
-    ++g_allocations;
-    const std::size_t align = static_cast<std::size_t>(a);
-    if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace headwise;
 
@@ -347,20 +318,20 @@ TEST_CASE("after the first step, a decode step allocates nothing", "[kv_cache][a
             m.decode_into(steps[0], cache, y);  // the first step may size the scratch
             long counted = 0;
             for (Index t = 1; t < N; ++t) {
-                const long before = g_allocations.load();
+                const long before = test::allocations();
                 Eigen::internal::set_is_malloc_allowed(false);
                 m.decode_into(steps[static_cast<std::size_t>(t)], cache, y);
                 Eigen::internal::set_is_malloc_allowed(true);
-                counted += g_allocations.load() - before;
+                counted += test::allocations() - before;
             }
             CHECK(counted == 0);
             CHECK(cache.size() == N);
             // decode (returning a new tensor) allocates only its result.
             cache.clear();
             (void)m.decode(steps[0], cache);
-            const long before = g_allocations.load();
+            const long before = test::allocations();
             (void)m.decode(steps[1], cache);
-            CHECK(g_allocations.load() - before == 1);
+            CHECK(test::allocations() - before == 1);
         }
 }
 

@@ -1,62 +1,20 @@
 // SPDX-License-Identifier: MIT
 // MultiheadAttention reuses its buffers: allocations of steady-state calls, counted by operator
 // new.
-#include <atomic>   // std::atomic
-#include <cstddef>  // std::size_t
-#include <cstdlib>  // std::malloc, std::aligned_alloc, std::free
-#include <new>      // std::bad_alloc, std::align_val_t
-
 #include <headwise/layers/attention/multihead_attention.hpp>
 
+#include "support/allocation_counter.hpp"
 #include "support/catch.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 
-// Every allocation of this program goes through these replacements, which count them.
-namespace {
-std::atomic<long> allocations{0};
-
-void* counted(std::size_t n, std::size_t align) {
-    ++allocations;
-    const std::size_t bytes = (n + align - 1) / align * align;  // aligned_alloc wants a multiple
-    void* p = align <= alignof(std::max_align_t) ? std::malloc(n ? n : 1)
-                                                 : std::aligned_alloc(align, bytes ? bytes : align);
-    if (!p) throw std::bad_alloc();
-    return p;
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted(n, alignof(std::max_align_t)); }
-void* operator new[](std::size_t n) { return counted(n, alignof(std::max_align_t)); }
-void* operator new(std::size_t n, std::align_val_t a) {
-    return counted(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-    return counted(n, static_cast<std::size_t>(a));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-
 using namespace headwise;
+using test::count_allocations;
 using test::Inputs;
 using test::MaskKind;
 using test::MhaConfig;
 
 namespace {
-
-/// Allocations made by f().
-template <class F>
-long count_allocations(F&& f) {
-    const long before = allocations.load();
-    f();
-    return allocations.load() - before;
-}
 
 const MhaConfig kConfigs[] = {
     test::with([](MhaConfig& c) { c.need_weights = false; }),
