@@ -3,12 +3,15 @@
 # Builds and tests headwise the way CI does:
 #   1. dev  : Debug, warnings as errors; unit tests, each header alone, ODR, consumers, examples,
 #             and a start-up check of each benchmark program.
-#   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), less
-#             the consumer projects (they build nothing of ours with sanitizers) and benchmarks.
-#   3. omp  : the same with HEADWISE_USE_OPENMP=ON (Debug at -O1), every test on 2 threads.
-#   4. cblas: the dev suite again with every GEMM through a CBLAS (HEADWISE_BLAS=ON, OpenBLAS
-#             here), consumers included: they link the BLAS through find_package and pkg-config.
-#   5. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
+#   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), with
+#             OpenMP (every test on 2 threads) and every GEMM through a CBLAS (HEADWISE_BLAS=ON,
+#             OpenBLAS here, one thread per call), warnings as errors; less the consumer projects
+#             (they build nothing of ours with sanitizers) and the benchmarks.
+#   3. cblas-consumers: the consumer projects (find_package, add_subdirectory, pkg-config) and the
+#             header and ODR checks against a CBLAS build: consumers link the BLAS through the
+#             installed package. (The whole suite on the CBLAS backend, without sanitizers, is
+#             `cmake --workflow --preset cblas`.)
+#   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
 # any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
@@ -42,7 +45,7 @@ run_workflow() {
     passed=$((total - failed))
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))
-    summary+=("$(printf '  %-5s %4d tests passed in %4d s' \
+    summary+=("$(printf '  %-15s %4d tests passed in %4d s' \
         "${preset}" "${passed}" $((end - start)))")
 }
 
@@ -80,8 +83,7 @@ run_fuzzers() {
 
 run_workflow dev
 run_workflow asan
-run_workflow omp
-run_workflow cblas
+run_workflow cblas-consumers
 if command -v clang++ >/dev/null 2>&1; then
     run_workflow fuzz
     run_fuzzers
