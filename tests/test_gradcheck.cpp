@@ -13,10 +13,8 @@
 
 #include "support/catch.hpp"
 
-using headwise::BackwardFunction;
 using headwise::GradcheckOptions;
 using headwise::GradcheckResult;
-using headwise::GradFunction;
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -110,7 +108,7 @@ TEST_CASE("gradcheck catches a wrong backward and says where", "[gradcheck]") {
     const Inputs ab = random_inputs(rng, {Shape{3, 4}, Shape{4, 2}});
 
     // dB off by a factor 2 everywhere: relative error 1/2 at every partial of input 1.
-    const BackwardFunction doubled = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto doubled = [](const Inputs& x, const Tensor<double>& dC) {
         Inputs g = matmul_backward(x, dC);
         g[1] *= 2.0;
         return g;
@@ -122,7 +120,7 @@ TEST_CASE("gradcheck catches a wrong backward and says where", "[gradcheck]") {
     CHECK(r.checked == 12 + 8);
 
     // One partial of dA slightly wrong: found, named by its multi-index.
-    const BackwardFunction one_off = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto one_off = [](const Inputs& x, const Tensor<double>& dC) {
         Inputs g = matmul_backward(x, dC);
         g[0](1, 2) += 1e-3;
         return g;
@@ -135,7 +133,7 @@ TEST_CASE("gradcheck catches a wrong backward and says where", "[gradcheck]") {
     CHECK_THAT(o.where, ContainsSubstring(", numeric "));
 
     // A transposed gradient (a classic slip): dA = B dC^T has the wrong shape.
-    const BackwardFunction transposed = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto transposed = [](const Inputs& x, const Tensor<double>& dC) {
         return Inputs{headwise::matmul(x[1], dC, false, true), headwise::matmul(x[0], dC, true)};
     };
     REQUIRE_THROWS_AS(headwise::gradcheck(matmul_forward, transposed, ab, rng),
@@ -145,7 +143,7 @@ TEST_CASE("gradcheck catches a wrong backward and says where", "[gradcheck]") {
                         "[4, 3]");
 
     // Softmax backward that forgets the rowsum term.
-    const BackwardFunction no_rowsum = [](const Inputs& x, const Tensor<double>& dP) {
+    const auto no_rowsum = [](const Inputs& x, const Tensor<double>& dP) {
         return Inputs{softmax_forward(x) * dP};
     };
     const GradcheckResult s =
@@ -157,7 +155,7 @@ TEST_CASE("gradcheck catches a wrong backward and says where", "[gradcheck]") {
 
 TEST_CASE("gradcheck flags NaN gradients", "[gradcheck]") {
     std::mt19937_64 rng(42);
-    const BackwardFunction nan_grad = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto nan_grad = [](const Inputs& x, const Tensor<double>& dC) {
         Inputs g = matmul_backward(x, dC);
         g[1](0, 1) = std::numeric_limits<double>::quiet_NaN();
         return g;
@@ -177,8 +175,8 @@ TEST_CASE("zero partials are judged against the gradient's scale", "[gradcheck]"
     std::mt19937_64 rng(42);
     Inputs x = random_inputs(rng, {Shape{4, 5}});
     for (Index j = 0; j < 5; ++j) x[0](2, j) = 0.0;
-    const GradFunction f = [](const Inputs& in) { return in[0] * in[0] * in[0]; };
-    const BackwardFunction df = [](const Inputs& in, const Tensor<double>& dY) {
+    const auto f = [](const Inputs& in) { return in[0] * in[0] * in[0]; };
+    const auto df = [](const Inputs& in, const Tensor<double>& dY) {
         return Inputs{dY * in[0] * in[0] * 3.0};
     };
     const GradcheckResult r = headwise::gradcheck(f, df, x, rng);
@@ -187,7 +185,7 @@ TEST_CASE("zero partials are judged against the gradient's scale", "[gradcheck]"
     CHECK(r.checked == 20);
 
     // Claiming a nonzero gradient where the true one is 0 still fails.
-    const BackwardFunction wrong = [](const Inputs& in, const Tensor<double>& dY) {
+    const auto wrong = [](const Inputs& in, const Tensor<double>& dY) {
         Inputs g{dY * in[0] * in[0] * 3.0};
         g[0](2, 3) = 0.5;
         return g;
@@ -202,7 +200,7 @@ TEST_CASE("gradcheck skips empty gradients and checks only the inputs asked for"
     const Inputs ab = random_inputs(rng, {Shape{3, 4}, Shape{4, 2}});
 
     // An empty tensor means "not differentiated": input 0 is skipped.
-    const BackwardFunction only_b = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto only_b = [](const Inputs& x, const Tensor<double>& dC) {
         return Inputs{Tensor<double>(), headwise::matmul(x[0], dC, true, false)};
     };
     const GradcheckResult r = headwise::gradcheck(matmul_forward, only_b, ab, rng);
@@ -210,7 +208,7 @@ TEST_CASE("gradcheck skips empty gradients and checks only the inputs asked for"
     CHECK(r.checked == 8);
 
     // With an index list, a wrong dA is not looked at when only input 1 is checked...
-    const BackwardFunction wrong_a = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto wrong_a = [](const Inputs& x, const Tensor<double>& dC) {
         Inputs g = matmul_backward(x, dC);
         g[0] *= -1.0;
         return g;
@@ -251,7 +249,7 @@ TEST_CASE("gradcheck argument errors", "[gradcheck]") {
     std::mt19937_64 rng(42);
     const Inputs ab = random_inputs(rng, {Shape{2, 3}, Shape{3, 2}});
 
-    const BackwardFunction one_only = [](const Inputs& x, const Tensor<double>& dC) {
+    const auto one_only = [](const Inputs& x, const Tensor<double>& dC) {
         return Inputs{headwise::matmul(dC, x[1], false, true)};
     };
     REQUIRE_THROWS_AS(headwise::gradcheck(matmul_forward, one_only, ab, rng),
@@ -274,10 +272,10 @@ TEST_CASE("gradcheck argument errors", "[gradcheck]") {
                         "headwise::gradcheck: options.tolerance: must be positive, got -1.000000");
 
     // f whose output shape depends on the input values cannot be checked against one G.
-    const GradFunction unstable = [](const Inputs& x) {
+    const auto unstable = [](const Inputs& x) {
         return x[0](0, 0) > 10.0 ? Tensor<double>(Shape{1}) : Tensor<double>(Shape{2});
     };
-    const BackwardFunction zero = [](const Inputs& x, const Tensor<double>&) {
+    const auto zero = [](const Inputs& x, const Tensor<double>&) {
         return Inputs{Tensor<double>(x[0].shape())};
     };
     Inputs big{Tensor<double>(Shape{1, 1}, {10.0 - 1e-7})};  // x + eps crosses 10

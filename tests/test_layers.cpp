@@ -75,11 +75,8 @@ TEST_CASE("LayerNorm passes gradcheck for the input, weight and bias", "[layers]
         ln.load_state_dict({{"weight", in[1]}, {"bias", in[2]}});
         return ln;
     };
-    const GradFunction f = [&](const std::vector<Tensor<double>>& in) {
-        return make(in).forward(in[0]);
-    };
-    const BackwardFunction back = [&](const std::vector<Tensor<double>>& in,
-                                      const Tensor<double>& dy) {
+    const auto f = [&](const std::vector<Tensor<double>>& in) { return make(in).forward(in[0]); };
+    const auto back = [&](const std::vector<Tensor<double>>& in, const Tensor<double>& dy) {
         LayerNorm<double> ln = make(in);
         Tensor<double> dx = ln.backward(in[0], dy);
         StateDict<double> g = ln.grad_dict();

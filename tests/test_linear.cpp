@@ -341,12 +341,11 @@ TEST_CASE("Linear passes a central-difference gradient check over x, weight and 
     const auto load = [&fc](const std::vector<Tensor<double>>& v) {
         fc.load_state_dict(StateDict<double>{{"weight", v[1]}, {"bias", v[2]}});
     };
-    const headwise::GradFunction forward = [&](const std::vector<Tensor<double>>& v) {
+    const auto forward = [&](const std::vector<Tensor<double>>& v) {
         load(v);
         return fc.forward(v[0]);
     };
-    const headwise::BackwardFunction backward = [&](const std::vector<Tensor<double>>& v,
-                                                    const Tensor<double>& dy) {
+    const auto backward = [&](const std::vector<Tensor<double>>& v, const Tensor<double>& dy) {
         load(v);
         fc.zero_grad();
         Tensor<double> dx = fc.backward(v[0], dy);

@@ -44,12 +44,11 @@ GradcheckResult check_module(const MhaConfig& c, Projection p) {
         const Tensor<double>& v = n_args > 2 ? x[2] : k;
         return m.forward(q, k, v, d.masks);
     };
-    const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
+    const auto f = [=](const std::vector<Tensor<double>>& x) {
         MultiheadAttention<double> m(c.options(p), 99);
         return forward(x, m).output;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
-                                      const Tensor<double>& dy) {
+    const auto back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dy) {
         MultiheadAttention<double> m(c.options(p), 99);
         const auto fwd = forward(x, m);
         const AttentionGradients<double> g = m.backward(fwd, dy);
@@ -133,13 +132,12 @@ TEST_CASE("a fully masked row has zero gradients, and finite differences agree",
     for (Index j = 0; j < c.S; ++j) d.masks.key_padding_mask(1, j) = true;
     const MultiheadAttention<double> init(c.options(Projection::fused), 17);
     const auto sd = init.state_dict();
-    const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
+    const auto f = [=](const std::vector<Tensor<double>>& x) {
         MultiheadAttention<double> m(c.options(Projection::fused), 1);
         m.load_state_dict(sd);
         return m.forward(x[0], x[1], x[2], d.masks).output;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
-                                      const Tensor<double>& dy) {
+    const auto back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dy) {
         MultiheadAttention<double> m(c.options(Projection::fused), 1);
         m.load_state_dict(sd);
         const auto g = m.backward(m.forward(x[0], x[1], x[2], d.masks), dy);

@@ -161,12 +161,11 @@ GradcheckResult gradcheck_case(const MhaCase& k, Projection p,
         const Tensor<double>& k_ = n_args > 1 ? x[1] : x[0];
         return m.forward(x[0], k_, n_args > 2 ? x[2] : k_, d.masks);
     };
-    const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
+    const auto f = [=](const std::vector<Tensor<double>>& x) {
         MultiheadAttention<double> m(module_options, k.seed);
         return forward(x, m).output;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
-                                      const Tensor<double>& dy) {
+    const auto back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dy) {
         MultiheadAttention<double> m(module_options, k.seed);
         const AttentionGradients<double> g = m.backward(forward(x, m), dy);
         // A tensor passed as several arguments has the sum of their gradients.

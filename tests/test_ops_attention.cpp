@@ -6,6 +6,7 @@
 
 #include <cmath>   // std::exp, std::sqrt, std::isfinite
 #include <limits>  // std::numeric_limits
+#include <string>  // std::string
 #include <tuple>   // std::get
 #include <vector>  // std::vector
 
@@ -208,14 +209,13 @@ TEST_CASE("attention_backward matches finite differences, masks and dropout incl
     sm.causal_offset = offset_of(masks, L, S);
     const ops::Dropout dropout{p, 1234};
     const double scale = 0.7;
-    const GradFunction f = [=](const std::vector<Tensor<double>>& x) {
+    const auto f = [=](const std::vector<Tensor<double>>& x) {
         Tensor<double> P(Shape{L, S}), A(Shape{L, S}), O(Shape{L, D});
         ops::attention_forward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), sm, scale,
                                        dropout, 3, P.matrix(), A.matrix(), O.matrix());
         return O;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& x,
-                                      const Tensor<double>& dO) {
+    const auto back = [=](const std::vector<Tensor<double>>& x, const Tensor<double>& dO) {
         Tensor<double> P(Shape{L, S}), A(Shape{L, S}), O(Shape{L, D});
         ops::attention_forward<double>(x[0].matrix(), x[1].matrix(), x[2].matrix(), sm, scale,
                                        dropout, 3, P.matrix(), A.matrix(), O.matrix());
@@ -297,4 +297,63 @@ TEMPLATE_TEST_CASE(
     CHECK(test::identical(O, O_rows));
     CHECK(test::identical(P, P_rows));
 #endif
+}
+
+TEST_CASE("the attention kernels check every shape in every build, before writing",
+          "[ops][attention]") {
+    const Index L = 3, S = 4, D = 2, Dv = 5;
+    std::mt19937_64 rng(5);
+    const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
+    const auto K = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<double>::randn(Shape{S, Dv}, rng);
+    const auto dO = Tensor<double>::randn(Shape{L, Dv}, rng);
+    const auto K_wide = Tensor<double>::randn(Shape{S, D + 1}, rng);
+    const auto V_short = Tensor<double>::randn(Shape{S - 1, Dv}, rng);
+    Tensor<double> P(Shape{L, S}), O(Shape{L, Dv}), scratch(Shape{L, S});
+    Tensor<double> P_bad(Shape{L, S + 1}), O_bad(Shape{L, Dv + 1});
+    Tensor<double> dQ(Shape{L, D}), dK(Shape{S, D}), dV(Shape{S, Dv}), dK_bad(Shape{S + 1, D});
+    const ops::ScoreMask<double> none;
+    const ops::Dropout off;
+    const auto forward = [&](const Tensor<double>& k, const Tensor<double>& v, Tensor<double>& p,
+                             Tensor<double>& o, const ops::ScoreMask<double>& mask) {
+        ops::attention_forward<double>(Q.matrix(), k.matrix(), v.matrix(), mask, 1.0, off, 0,
+                                       p.matrix(), p.matrix(), o.matrix());
+    };
+    const std::string fwd = "headwise::ops::attention_forward: ";
+    CHECK_THROWS_MATCHES(forward(K_wide, V, P, O, none), shape_error,
+                         Message(fwd + "K: expected shape [4, 2], got [4, 3]"));
+    CHECK_THROWS_MATCHES(forward(K, V_short, P, O, none), shape_error,
+                         Message(fwd + "V: expected shape [4, 5], got [3, 5]"));
+    CHECK_THROWS_MATCHES(forward(K, V, P_bad, O, none), shape_error,
+                         Message(fwd + "P: expected shape [3, 4], got [3, 5]"));
+    CHECK_THROWS_MATCHES(forward(K, V, P, O_bad, none), shape_error,
+                         Message(fwd + "O: expected shape [3, 5], got [3, 6]"));
+    // A mask whose rows are shorter than the keys it is said to cover.
+    const Tensor<bool> narrow(Shape{L, S - 1});
+    ops::ScoreMask<double> short_rows;
+    short_rows.mask = narrow.data();
+    short_rows.mask_ld = S - 1;
+    CHECK_THROWS_MATCHES(
+        forward(K, V, P, O, short_rows), std::invalid_argument,
+        Message(fwd + "mask.mask_ld: must be at least the masked key count 4, got 3"));
+    ops::ScoreMask<double> too_many;
+    too_many.masked_keys = S + 1;
+    CHECK_THROWS_MATCHES(forward(K, V, P, O, too_many), std::invalid_argument,
+                         Message(fwd + "mask.masked_keys: must be at most the key count 4, got 5"));
+    // Nothing was written by the calls that threw.
+    CHECK(test::identical(O, Tensor<double>(Shape{L, Dv})));
+    CHECK(test::identical(P, Tensor<double>(Shape{L, S})));
+
+    forward(K, V, P, O, none);
+    const auto backward = [&](Tensor<double>& dk) {
+        ops::attention_backward<double>(Q.matrix(), K.matrix(), V.matrix(), P.matrix(), 1.0, off, 0,
+                                        dO.matrix(), scratch.matrix(), dQ.matrix(), dk.matrix(),
+                                        dV.matrix());
+    };
+    CHECK_THROWS_MATCHES(
+        backward(dK_bad), shape_error,
+        Message("headwise::ops::attention_backward: dK: expected shape [4, 2], got [5, 2]"));
+    CHECK(test::identical(dQ, Tensor<double>(Shape{L, D})));
+    CHECK(test::identical(dV, Tensor<double>(Shape{S, Dv})));
+    CHECK_NOTHROW(backward(dK));
 }

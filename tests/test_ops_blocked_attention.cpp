@@ -8,6 +8,7 @@
 
 #include <cmath>   // std::sqrt, std::isnan, std::isfinite
 #include <limits>  // std::numeric_limits
+#include <string>  // std::string
 #include <tuple>   // std::get
 #include <vector>  // std::vector
 
@@ -334,15 +335,14 @@ TEST_CASE("blocked backward matches finite differences, masks and dropout includ
     const ops::AttentionTiles tiles{2, 3};
     const auto x = std::make_shared<Slice<double>>(L, S, D, D, masks, 21);
     const double scale = 0.8;
-    const GradFunction f = [=](const std::vector<Tensor<double>>& in) {
+    const auto f = [=](const std::vector<Tensor<double>>& in) {
         Slice<double> y = *x;
         y.Q = in[0];
         y.K = in[1];
         y.V = in[2];
         return run_blocked(y, scale, dropout, tiles).O;
     };
-    const BackwardFunction back = [=](const std::vector<Tensor<double>>& in,
-                                      const Tensor<double>& dO) {
+    const auto back = [=](const std::vector<Tensor<double>>& in, const Tensor<double>& dO) {
         Slice<double> y = *x;
         y.Q = in[0];
         y.K = in[1];
@@ -375,4 +375,32 @@ TEST_CASE("blocked gradients accumulate into dQ, dK, dV", "[ops][blocked]") {
     HEADWISE_CHECK_CLOSE(dQ, b.dQ, 1e-15);
     HEADWISE_CHECK_CLOSE(dK, b.dK, 1e-15);
     HEADWISE_CHECK_CLOSE(dV, b.dV, 1e-15);
+}
+
+TEST_CASE("the blocked kernels check every shape and the tiles in every build", "[ops][blocked]") {
+    const Index L = 5, S = 6, D = 3;
+    std::mt19937_64 rng(9);
+    const auto Q = Tensor<double>::randn(Shape{L, D}, rng);
+    const auto K = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V = Tensor<double>::randn(Shape{S, D}, rng);
+    const auto V_short = Tensor<double>::randn(Shape{S - 1, D}, rng);
+    const ops::AttentionTiles tiles{2, 4};
+    std::vector<double> scratch(
+        static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles)));
+    Eigen::VectorXd LSE(L), LSE_short(L - 1);
+    Tensor<double> O(Shape{L, D});
+    const auto forward = [&](const Tensor<double>& v, Eigen::VectorXd& lse,
+                             const ops::AttentionTiles& t) {
+        ops::blocked_attention_forward<double>(Q.matrix(), K.matrix(), v.matrix(), {}, 1.0, {}, 0,
+                                               t, scratch.data(), lse, O.matrix());
+    };
+    const std::string fn = "headwise::ops::blocked_attention_forward: ";
+    CHECK_THROWS_MATCHES(forward(V_short, LSE, tiles), shape_error,
+                         Message(fn + "V: expected shape [6, 3], got [5, 3]"));
+    CHECK_THROWS_MATCHES(forward(V, LSE_short, tiles), shape_error,
+                         Message(fn + "LSE: expected shape [5, 1], got [4, 1]"));
+    CHECK_THROWS_MATCHES(forward(V, LSE, ops::AttentionTiles{0, 4}), std::invalid_argument,
+                         Message(fn + "tiles: rows and cols must be positive, got 0 x 4"));
+    CHECK(test::identical(O, Tensor<double>(Shape{L, D})));  // nothing written
+    CHECK_NOTHROW(forward(V, LSE, tiles));
 }

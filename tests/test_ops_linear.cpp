@@ -216,15 +216,14 @@ TEST_CASE("linear kernels pass a central-difference gradient check over X, W and
     const std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{N, in}, rng),
                                              Tensor<double>::randn(Shape{out, in}, rng),
                                              Tensor<double>::randn(Shape{out}, rng)};
-    const headwise::GradFunction forward = [](const std::vector<Tensor<double>>& x) {
+    const auto forward = [](const std::vector<Tensor<double>>& x) {
         const Tensor<double>& X = x[0];                 // [N, in]
         const Tensor<double>& W = x[1];                 // [out, in]
         Tensor<double> Y(Shape{X.size(0), W.size(0)});  // [N, out]
         ops::linear_forward<double>(X.matrix(), W.matrix(), x[2].data(), Y.matrix());
         return Y;
     };
-    const headwise::BackwardFunction backward = [](const std::vector<Tensor<double>>& x,
-                                                   const Tensor<double>& dY) {
+    const auto backward = [](const std::vector<Tensor<double>>& x, const Tensor<double>& dY) {
         std::vector<Tensor<double>> grads{Tensor<double>(x[0].shape()),
                                           Tensor<double>(x[1].shape()),
                                           Tensor<double>(x[2].shape())};

@@ -211,13 +211,13 @@ TEST_CASE("softmax kernels pass a central-difference gradient check", "[ops][sof
     CAPTURE(R, C);
     std::mt19937_64 rng(42);
     const std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{R, C}, rng)};
-    const headwise::GradFunction forward = [](const std::vector<Tensor<double>>& x) {
+    const auto forward = [](const std::vector<Tensor<double>>& x) {
         Tensor<double> P(x[0].shape());  // [R, C]
         ops::softmax_forward<double>(x[0].matrix(), P.matrix());
         return P;
     };
-    const headwise::BackwardFunction backward = [&forward](const std::vector<Tensor<double>>& x,
-                                                           const Tensor<double>& dP) {
+    const auto backward = [&forward](const std::vector<Tensor<double>>& x,
+                                     const Tensor<double>& dP) {
         const Tensor<double> P = forward(x);  // [R, C]
         std::vector<Tensor<double>> grads{Tensor<double>(x[0].shape())};
         ops::softmax_backward<double>(P.matrix(), dP.matrix(), grads[0].matrix());

@@ -47,6 +47,14 @@ inline void check_shape(const char* function, const char* argument, const Shape&
     if (actual != expected) throw shape_error(function, argument, expected.str(), actual);
 }
 
+/// Throws shape_error unless the matrix `M` (anything with rows() and cols(), e.g. an Eigen
+/// block) is [rows, cols]. Kernels call it on every argument before writing anything.
+template <class Matrix>
+void check_matrix(const char* function, const char* argument, const Matrix& M, Index rows,
+                  Index cols) {
+    check_shape(function, argument, Shape{M.rows(), M.cols()}, Shape{rows, cols});
+}
+
 /// Throws shape_error unless `actual` has the given rank and last extent, describing the
 /// expectation as "[..., last]" (rank >= 1, any leading extents) or "[rows, last]".
 inline void check_last_dim(const char* function, const char* argument, const Shape& actual,

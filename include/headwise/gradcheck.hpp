@@ -2,14 +2,14 @@
 // gradcheck: compares a hand-written backward with central finite differences, in double.
 #pragma once
 
-#include <algorithm>   // std::max
-#include <cmath>       // std::abs, std::isnan
-#include <cstddef>     // std::size_t
-#include <functional>  // std::function
-#include <limits>      // std::numeric_limits
-#include <sstream>     // std::ostringstream
-#include <string>      // std::string, std::to_string
-#include <vector>      // std::vector
+#include <algorithm>    // std::max
+#include <cmath>        // std::abs, std::isnan
+#include <cstddef>      // std::size_t
+#include <limits>       // std::numeric_limits
+#include <sstream>      // std::ostringstream
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_convertible_v
+#include <vector>       // std::vector
 
 #include "compare.hpp"
 #include "config.hpp"
@@ -32,15 +32,13 @@ struct GradcheckResult {
     Index checked = 0;           // number of scalar partials compared
 };
 
-/// The function under test: inputs -> one output tensor (any shape). Must be deterministic.
-using GradFunction = std::function<Tensor<double>(const std::vector<Tensor<double>>& inputs)>;
-
-/// Its backward: given the inputs and dL/d(output), returns dL/d(input i) for every input, each
-/// with its input's shape; an empty tensor (numel() == 0) marks an input as not differentiated.
-using BackwardFunction = std::function<std::vector<Tensor<double>>(
-    const std::vector<Tensor<double>>& inputs, const Tensor<double>& grad_output)>;
-
 /// Checks `backward` against central differences of `f`, for every element of every input.
+///
+/// `f` is the function under test, any callable `Tensor<double>(const std::vector<Tensor<double>>&
+/// inputs)` returning one output tensor (any shape); it must be deterministic. `backward` is its
+/// backward, any callable `std::vector<Tensor<double>>(const std::vector<Tensor<double>>& inputs,
+/// const Tensor<double>& grad_output)` returning dL/d(input i) for every input, each with its
+/// input's shape; an empty tensor (numel() == 0) marks an input as not differentiated.
 ///
 /// Draws an upstream gradient G ~ N(0, 1) with the shape of f(inputs) from `rng` and defines the
 /// scalar loss l(x) = sum(f(x) ⊙ G), whose gradient backward(inputs, G) claims to be. Each
@@ -58,31 +56,35 @@ using BackwardFunction = std::function<std::vector<Tensor<double>>(
 /// Throws std::invalid_argument when eps or tolerance is not positive, when backward returns
 /// the wrong number of tensors, and shape_error when one of them (not empty) has a shape other
 /// than its input's, or when f changes its output shape under a perturbation.
-inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& backward,
-                                 const std::vector<Tensor<double>>& inputs, Generator& rng,
-                                 GradcheckOptions options = {});
+template <class F, class Backward>
+GradcheckResult gradcheck(const F& f, const Backward& backward,
+                          const std::vector<Tensor<double>>& inputs, Generator& rng,
+                          GradcheckOptions options = {});
 
 /// The same, checking only the inputs whose indices are listed in `check_inputs` (the others are
 /// held fixed; backward's tensors for them are ignored).
-inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& backward,
-                                 const std::vector<Tensor<double>>& inputs,
-                                 const std::vector<Index>& check_inputs, Generator& rng,
-                                 GradcheckOptions options = {});
+template <class F, class Backward>
+GradcheckResult gradcheck(const F& f, const Backward& backward,
+                          const std::vector<Tensor<double>>& inputs,
+                          const std::vector<Index>& check_inputs, Generator& rng,
+                          GradcheckOptions options = {});
 
 // ---- definitions ---------------------------------------------------------------------------
 
-inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& backward,
-                                 const std::vector<Tensor<double>>& inputs, Generator& rng,
-                                 GradcheckOptions options) {
+template <class F, class Backward>
+GradcheckResult gradcheck(const F& f, const Backward& backward,
+                          const std::vector<Tensor<double>>& inputs, Generator& rng,
+                          GradcheckOptions options) {
     std::vector<Index> all(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) all[i] = static_cast<Index>(i);
     return gradcheck(f, backward, inputs, all, rng, options);
 }
 
-inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& backward,
-                                 const std::vector<Tensor<double>>& inputs,
-                                 const std::vector<Index>& check_inputs, Generator& rng,
-                                 GradcheckOptions options) {
+template <class F, class Backward>
+GradcheckResult gradcheck(const F& f, const Backward& backward,
+                          const std::vector<Tensor<double>>& inputs,
+                          const std::vector<Index>& check_inputs, Generator& rng,
+                          GradcheckOptions options) {
     constexpr const char* fn = "headwise::gradcheck";
     if (!(options.eps > 0.0))
         throw_invalid_argument(fn, "options.eps", "must be positive", std::to_string(options.eps));
@@ -100,6 +102,8 @@ inline GradcheckResult gradcheck(const GradFunction& f, const BackwardFunction& 
     const Tensor<double> y = f(inputs);                              // [output shape]
     const Tensor<double> G = Tensor<double>::randn(y.shape(), rng);  // [output shape]
     const std::vector<Tensor<double>> analytic = backward(inputs, G);
+    static_assert(std::is_convertible_v<decltype(f(inputs)), Tensor<double>>,
+                  "headwise::gradcheck: f(inputs) must return a Tensor<double>");
     if (analytic.size() != inputs.size())
         throw_invalid_argument(
             fn, "backward", "must return one tensor per input (" + std::to_string(n_inputs) + ")",

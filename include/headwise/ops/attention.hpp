@@ -7,6 +7,7 @@
 #include <cstdint>  // std::uint64_t
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
 #include "gemm.hpp"
@@ -22,6 +23,8 @@ namespace headwise::ops {
 ///   O = A V                                            [L, Dv]
 /// Writes P (kept for backward and for the returned weights), A when dropout is active (into
 /// `A`, which may be any scratch when it is not) and O. Q, K, V may be strided column blocks.
+/// Every shape is checked first, in every build: a mismatch throws shape_error naming the
+/// argument (std::invalid_argument for a mask that cannot cover S keys).
 template <class T>
 void attention_forward(ConstMatrixRef<T> Q,  // [L, D]
                        ConstMatrixRef<T> K,  // [S, D]
@@ -58,9 +61,14 @@ void attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<
                        const ScoreMask<T>& mask, T scale, const Dropout& dropout,
                        std::uint64_t dropout_stream, MatrixRef<T> P, MatrixRef<T> A,
                        MatrixRef<T> O) {
-    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
-    HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
-    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
+    constexpr const char* fn = "headwise::ops::attention_forward";
+    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
+    headwise::detail::check_matrix(fn, "K", K, S, D);
+    headwise::detail::check_matrix(fn, "V", V, S, Dv);
+    headwise::detail::check_matrix(fn, "P", P, L, S);
+    if (dropout.active()) headwise::detail::check_matrix(fn, "A", A, L, S);
+    headwise::detail::check_matrix(fn, "O", O, L, Dv);
+    headwise::detail::check_score_mask(fn, mask, S);
     // 1. Z = scale * Q K^T, into P's storage.
     gemm<T>(scale, Q, Op::none, K, Op::transpose, T(0), P);
     // 2. bias and masks.
@@ -81,7 +89,16 @@ void attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef
                         ConstMatrixRef<T> P, T scale, const Dropout& dropout,
                         std::uint64_t dropout_stream, ConstMatrixRef<T> dO, MatrixRef<T> scratch,
                         MatrixRef<T> dQ, MatrixRef<T> dK, MatrixRef<T> dV) {
-    HEADWISE_ASSERT(scratch.rows() == P.rows() && scratch.cols() == P.cols());
+    constexpr const char* fn = "headwise::ops::attention_backward";
+    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
+    headwise::detail::check_matrix(fn, "K", K, S, D);
+    headwise::detail::check_matrix(fn, "V", V, S, Dv);
+    headwise::detail::check_matrix(fn, "P", P, L, S);
+    headwise::detail::check_matrix(fn, "dO", dO, L, Dv);
+    headwise::detail::check_matrix(fn, "scratch", scratch, L, S);
+    headwise::detail::check_matrix(fn, "dQ", dQ, L, D);
+    headwise::detail::check_matrix(fn, "dK", dK, S, D);
+    headwise::detail::check_matrix(fn, "dV", dV, S, Dv);
     // 5. O = A V  ->  dV += A^T dO, dA = dO V^T.
     if (dropout.active()) {
         dropout_apply(dropout, dropout_stream, P, scratch);  // A, regenerated from the seed

@@ -9,8 +9,10 @@
 #include <cmath>      // std::exp, std::log, std::isnan
 #include <cstdint>    // std::uint64_t
 #include <limits>     // std::numeric_limits
+#include <string>     // std::to_string
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
 #include "gemm.hpp"
@@ -226,9 +228,15 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
                                std::uint64_t dropout_stream, const AttentionTiles& tiles,
                                T* scratch, VectorRef<T> LSE, MatrixRef<T> O) {
     HEADWISE_STATIC_ASSERT_REAL(T);
-    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
-    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
-    HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
+    constexpr const char* fn = "headwise::ops::blocked_attention_forward";
+    headwise::detail::check_matrix(fn, "K", K, K.rows(), Q.cols());
+    headwise::detail::check_matrix(fn, "V", V, K.rows(), V.cols());
+    headwise::detail::check_matrix(fn, "O", O, Q.rows(), V.cols());
+    headwise::detail::check_matrix(fn, "LSE", LSE, Q.rows(), 1);
+    headwise::detail::check_score_mask(fn, mask, K.rows());
+    if (tiles.rows <= 0 || tiles.cols <= 0)
+        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
+                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
     constexpr T kInf = std::numeric_limits<T>::infinity();
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     T* const tile = scratch;              // [Br, Bc] scores, then probabilities
@@ -302,8 +310,14 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
                                ConstVectorRef<T> LSE, const AttentionTiles& tiles, T* scratch,
                                T alpha, MatrixRef<T> W) {
     HEADWISE_STATIC_ASSERT_REAL(T);
-    HEADWISE_ASSERT(Q.cols() == K.cols() && LSE.size() == Q.rows());
-    HEADWISE_ASSERT(W.rows() == Q.rows() && W.cols() == K.rows());
+    constexpr const char* fn = "headwise::ops::blocked_attention_weights";
+    headwise::detail::check_matrix(fn, "K", K, K.rows(), Q.cols());
+    headwise::detail::check_matrix(fn, "LSE", LSE, Q.rows(), 1);
+    headwise::detail::check_matrix(fn, "W", W, Q.rows(), K.rows());
+    headwise::detail::check_score_mask(fn, mask, K.rows());
+    if (tiles.rows <= 0 || tiles.cols <= 0)
+        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
+                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     // A NaN row of forward (LSE NaN) is NaN in every column, skipped tiles included.
     const bool finite = Q.allFinite() && K.allFinite() && !LSE.hasNaN();
@@ -332,11 +346,21 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
                                 ConstMatrixRef<T> dO, T* scratch, MatrixRef<T> dQ, MatrixRef<T> dK,
                                 MatrixRef<T> dV) {
     HEADWISE_STATIC_ASSERT_REAL(T);
-    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
-    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols() && LSE.size() == Q.rows());
-    HEADWISE_ASSERT(dO.rows() == O.rows() && dO.cols() == O.cols());
-    HEADWISE_ASSERT(tiles.rows > 0 && tiles.cols > 0);
-    const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
+    constexpr const char* fn = "headwise::ops::blocked_attention_backward";
+    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
+    headwise::detail::check_matrix(fn, "K", K, S, D);
+    headwise::detail::check_matrix(fn, "V", V, S, Dv);
+    headwise::detail::check_matrix(fn, "O", O, L, Dv);
+    headwise::detail::check_matrix(fn, "LSE", LSE, L, 1);
+    headwise::detail::check_matrix(fn, "dO", dO, L, Dv);
+    headwise::detail::check_matrix(fn, "dQ", dQ, L, D);
+    headwise::detail::check_matrix(fn, "dK", dK, S, D);
+    headwise::detail::check_matrix(fn, "dV", dV, S, Dv);
+    headwise::detail::check_score_mask(fn, mask, S);
+    if (tiles.rows <= 0 || tiles.cols <= 0)
+        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
+                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+    const Index Br = tiles.rows, Bc = tiles.cols;
     T* const tile_p = scratch;               // [Br, Bc] P_ij
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
     T* const delta = scratch + 2 * Br * Bc;  // [L]

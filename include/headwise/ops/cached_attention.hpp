@@ -8,6 +8,7 @@
 #include <algorithm>  // std::min
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../tensor.hpp"
 #include "gemm.hpp"
 #include "score_mask.hpp"
@@ -43,17 +44,20 @@ void cached_attention_forward(ConstMatrixRef<T> Q,  // [R, D]
 template <class T>
 void cached_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
                               const ScoreMask<T>& mask, T scale, MatrixRef<T> P, MatrixRef<T> O) {
-    HEADWISE_ASSERT(Q.cols() == K.cols() && K.rows() == V.rows());
-    HEADWISE_ASSERT(P.rows() == Q.rows() && P.cols() == K.rows());
-    HEADWISE_ASSERT(O.rows() == Q.rows() && O.cols() == V.cols());
-    const Index S = K.rows();
-    // 1. S = scale * Q K^T, chunk by chunk of keys, into P's storage.
+    constexpr const char* fn = "headwise::ops::cached_attention_forward";
+    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
+    headwise::detail::check_matrix(fn, "K", K, S, D);
+    headwise::detail::check_matrix(fn, "V", V, S, Dv);
+    headwise::detail::check_matrix(fn, "P", P, L, S);
+    headwise::detail::check_matrix(fn, "O", O, L, Dv);
+    headwise::detail::check_score_mask(fn, mask, S);
+    // 1. Z = scale * Q K^T, chunk by chunk of keys, into P's storage.
     for (Index j = 0; j < S; j += kCachedKeyChunk) {
         const Index c = std::min(kCachedKeyChunk, S - j);
         gemm<T>(T(1), Q, Op::none, K.middleRows(j, c), Op::transpose, T(0), P.middleCols(j, c));
     }
     P *= scale;
-    // 2. bias and masks; 3. P = softmax(S), row by row.
+    // 2. bias and masks; 3. P = softmax(Z), row by row.
     apply_score_mask(mask, P);
     softmax_forward<T>(P);
     // 4. O = P V, accumulated over the same chunks.

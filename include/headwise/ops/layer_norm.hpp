@@ -5,6 +5,7 @@
 #include <cmath>  // std::sqrt
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../tensor.hpp"
 
 namespace headwise::detail {
@@ -47,7 +48,7 @@ void layer_norm_backward(ConstMatrixRef<T> X, ConstMatrixRef<T> dY, const T* gam
 template <class T>
 void layer_norm_forward(ConstMatrixRef<T> X, const T* gamma, const T* beta, double eps,
                         MatrixRef<T> Y) {
-    HEADWISE_ASSERT(X.rows() == Y.rows() && X.cols() == Y.cols());
+    headwise::detail::check_matrix("headwise::ops::layer_norm_forward", "Y", Y, X.rows(), X.cols());
     const Index N = X.rows(), C = X.cols();
     for (Index n = 0; n < N; ++n) {
         double mean = 0.0, rstd = 0.0;
@@ -65,8 +66,9 @@ void layer_norm_forward(ConstMatrixRef<T> X, const T* gamma, const T* beta, doub
 template <class T>
 void layer_norm_backward(ConstMatrixRef<T> X, ConstMatrixRef<T> dY, const T* gamma, double eps,
                          MatrixRef<T> dX, T* dgamma, T* dbeta) {
-    HEADWISE_ASSERT(X.rows() == dY.rows() && X.cols() == dY.cols());
-    HEADWISE_ASSERT(X.rows() == dX.rows() && X.cols() == dX.cols());
+    constexpr const char* fn = "headwise::ops::layer_norm_backward";
+    headwise::detail::check_matrix(fn, "dY", dY, X.rows(), X.cols());
+    headwise::detail::check_matrix(fn, "dX", dX, X.rows(), X.cols());
     const Index N = X.rows(), C = X.cols();
     const double inv_C = 1.0 / static_cast<double>(C);
     for (Index n = 0; n < N; ++n) {

@@ -7,8 +7,10 @@
 #include <algorithm>  // std::min, std::max
 #include <cmath>      // std::isnan
 #include <limits>     // std::numeric_limits
+#include <string>     // std::to_string
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../tensor.hpp"
 
 namespace headwise {
@@ -75,6 +77,34 @@ struct ScoreMask {
         return std::min(n, std::max<Index>(0, i + causal_offset + 1));
     }
 };
+
+}  // namespace headwise::ops
+
+namespace headwise::detail {
+
+/// Throws unless `mask` can describe a slice of S keys: its masked columns within [0, S] and each
+/// mask's row stride at least the columns it covers. (The rows behind the pointers cannot be
+/// counted; the module that builds a ScoreMask checks the masks' tensor shapes.)
+template <class T>
+void check_score_mask(const char* function, const ops::ScoreMask<T>& mask, Index S) {
+    if (mask.masked_keys > S)
+        throw_invalid_argument(function, "mask.masked_keys",
+                               "must be at most the key count " + std::to_string(S),
+                               std::to_string(mask.masked_keys));
+    const Index n = mask.covered(S);
+    if (mask.mask && mask.mask_ld < n)
+        throw_invalid_argument(function, "mask.mask_ld",
+                               "must be at least the masked key count " + std::to_string(n),
+                               std::to_string(mask.mask_ld));
+    if (mask.bias && mask.bias_ld < n)
+        throw_invalid_argument(function, "mask.bias_ld",
+                               "must be at least the masked key count " + std::to_string(n),
+                               std::to_string(mask.bias_ld));
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
 
 /// Applies `mask` to raw scores in place: adds the bias and sets hidden entries to -inf, except
 /// a NaN score, which stays NaN (NaN in, NaN out: a NaN in a query, a key or the bias is never
