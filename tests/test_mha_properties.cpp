@@ -3,9 +3,11 @@
 // projections agree, the double reference agrees, and central differences agree on a sample.
 #include <headwise/headwise.hpp>
 
-#include <cstdint>  // std::uint64_t
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <algorithm>    // std::max
+#include <cstdint>      // std::uint64_t
+#include <string>       // std::string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
 
 #include "support/catch.hpp"
 #include "support/match.hpp"
@@ -100,10 +102,15 @@ void check_reference_agrees(const MhaCase& k) {
 }
 
 /// The blocked kernel in T gives the output, weights and gradients of the materialised kernel in
-/// double, dropout included (both draw the same counter-based mask), to Tol<T>::rel: in double the
-/// two kernels agree to rounding, in float the blocked kernel is as close to the double result as
-/// float allows (two float computations that differ in their summation order would each carry
-/// their own rounding). One projection per case, in turn (the projections are compared above).
+/// double, dropout included (both draw the same counter-based mask). In double the two kernels
+/// agree to rounding (Tol<double>::rel). In float the blocked kernel must be as close to the
+/// double result as float allows: outputs and weights within Tol<float>::rel, gradients within
+/// twice that, or, where float rounding is amplified (a gradient summed from terms that cancel, as
+/// at E = 1), within twice the distance of the materialised kernel's own float result. Gradients
+/// get the factor 2 because the blocked backward takes FlashAttention-2's Delta = rowsum(dO ⊙ O)
+/// from the rounded O, where the materialised one sums dP ⊙ P from the same rounded dP it then
+/// subtracts from: in float the first cancels less evenly (one case in 500, on OpenBLAS, reached
+/// 1.3e-5 in dK). One projection per case, in turn (the projections are compared above).
 template <class T>
 void check_kernels_agree(const MhaCase& k) {
     INFO(k.str());
@@ -113,26 +120,39 @@ void check_kernels_agree(const MhaCase& k) {
     const test::MhaData<T> db = test::make_case_data<T>(k);
     MultiheadAttention<double> materialised =
         make_module<double>(k, p, AttentionKernel::materialised);
+    MultiheadAttention<T> materialised_t = make_module<T>(k, p, AttentionKernel::materialised);
     MultiheadAttention<T> blocked = make_module<T>(k, p, AttentionKernel::blocked);
     const AttentionForward<double> fm = run(materialised, dm);
+    const AttentionForward<T> fmt = run(materialised_t, db);
     const AttentionForward<T> fb = run(blocked, db);
-    HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<T>::rel);
+    // The tolerance for a blocked result of the materialised double result `exact`, given the
+    // materialised result in T, `same_precision`, and the floor for this kind of result.
+    const auto tol = [](const auto& same_precision, const auto& exact, double floor) {
+        if constexpr (std::is_same_v<T, double>) return Tol<T>::rel;
+        return std::max(floor, 2 * test::scaled_difference(same_precision, exact).rel);
+    };
+    const double output_floor = Tol<T>::rel, gradient_floor = 2 * Tol<T>::rel;
+    HEADWISE_CHECK_CLOSE(fb.output, fm.output, tol(fmt.output, fm.output, output_floor));
     REQUIRE(fb.attn_weights.shape() == fm.attn_weights.shape());
-    HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(fb.attn_weights, fm.attn_weights,
+                         tol(fmt.attn_weights, fm.attn_weights, output_floor));
     if (!k.training) return;
     std::mt19937_64 rng(k.seed + 2);
     const Tensor<double> dy = Tensor<double>::randn(fm.output.shape(), rng);
     Tensor<T> dy_t(dy.shape());
     for (Index i = 0; i < dy.numel(); ++i) dy_t.data()[i] = static_cast<T>(dy.data()[i]);
     const AttentionGradients<double> gm = materialised.backward(fm, dy);
+    const AttentionGradients<T> gmt = materialised_t.backward(fmt, dy_t);
     const AttentionGradients<T> gb = blocked.backward(fb, dy_t);
-    HEADWISE_CHECK_CLOSE(gb.query, gm.query, Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(gb.key, gm.key, Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(gb.value, gm.value, Tol<T>::rel);
+    HEADWISE_CHECK_CLOSE(gb.query, gm.query, tol(gmt.query, gm.query, gradient_floor));
+    HEADWISE_CHECK_CLOSE(gb.key, gm.key, tol(gmt.key, gm.key, gradient_floor));
+    HEADWISE_CHECK_CLOSE(gb.value, gm.value, tol(gmt.value, gm.value, gradient_floor));
     const auto grads_m = materialised.grad_dict();
+    const auto grads_mt = materialised_t.grad_dict();
     for (const auto& [name, grad] : blocked.grad_dict()) {
         CAPTURE(name);
-        HEADWISE_CHECK_CLOSE(grad, grads_m.at(name), Tol<T>::rel);
+        HEADWISE_CHECK_CLOSE(grad, grads_m.at(name),
+                             tol(grads_mt.at(name), grads_m.at(name), gradient_floor));
     }
 }
 
