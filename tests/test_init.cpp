@@ -53,7 +53,7 @@ TEMPLATE_TEST_CASE("uniform_ draws lo + (hi - lo) * uniform01, one draw per elem
     headwise::uniform_(w, -2.0, 3.0, rng);
     for (Index i = 0; i < w.numel(); ++i) {
         CAPTURE(i);
-        CHECK(w.data()[i] == static_cast<TestType>(headwise::uniform(replay, -2.0, 3.0)));
+        CHECK(w.data()[i] == static_cast<TestType>(headwise::uniform_scalar(replay, -2.0, 3.0)));
     }
     CHECK(rng() == replay());  // exactly numel() draws consumed
 

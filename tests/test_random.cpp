@@ -56,7 +56,7 @@ TEST_CASE("uniform01 stays below 1 and at or above 0 at the extremes of the gene
 TEST_CASE("uniform(lo, hi) scales uniform01", "[random]") {
     headwise::Generator rng(3), replay(3);
     for (int i = 0; i < 100; ++i) {
-        const double u = headwise::uniform(rng, -2.0, 6.0);
+        const double u = headwise::uniform_scalar(rng, -2.0, 6.0);
         REQUIRE(u == -2.0 + 8.0 * headwise::uniform01(replay));
         REQUIRE(u >= -2.0);
         REQUIRE(u < 6.0);

@@ -106,7 +106,7 @@ void uniform_(TensorView<T> w, double lo, double hi, Rng& rng) {
                                "must be >= lo = " + detail::format_double(lo),
                                detail::format_double(hi));
     T* data = w.data();
-    for (Index i = 0; i < w.numel(); ++i) data[i] = static_cast<T>(uniform(rng, lo, hi));
+    for (Index i = 0; i < w.numel(); ++i) data[i] = static_cast<T>(uniform_scalar(rng, lo, hi));
 }
 
 template <class T, class Rng>

@@ -22,9 +22,10 @@ double uniform01(Rng& rng) {
     return static_cast<double>((rng() - Rng::min()) >> 11) * 0x1.0p-53;
 }
 
-/// Uniform double in [lo, hi).
+/// One uniform double in [lo, hi) (the tensor factory of the same distribution is
+/// uniform<T>(shape, lo, hi, rng) in tensor_ops/factories.hpp).
 template <class Rng>
-double uniform(Rng& rng, double lo, double hi) {
+double uniform_scalar(Rng& rng, double lo, double hi) {
     return lo + (hi - lo) * uniform01(rng);
 }
 

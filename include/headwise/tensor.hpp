@@ -299,7 +299,7 @@ public:
         HEADWISE_STATIC_ASSERT_REAL(T);
         Tensor t(shape);
         for (Index i = 0; i < t.numel(); ++i)
-            t.data()[i] = static_cast<T>(headwise::uniform(rng, lo, hi));
+            t.data()[i] = static_cast<T>(headwise::uniform_scalar(rng, lo, hi));
         return t;
     }
 

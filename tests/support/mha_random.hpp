@@ -144,7 +144,7 @@ inline MhaCase random_case(std::uint64_t seed) {
     k.key_padding = chance(0.35);
     k.causal = chance(0.25);
     if (k.causal && chance(0.4)) c.alignment = CausalAlignment::bottom_right;
-    if (chance(0.2)) c.scale = uniform(rng, 0.1, 1.5);
+    if (chance(0.2)) c.scale = uniform_scalar(rng, 0.1, 1.5);
     k.masked_row = (k.attn_mask != 0 || k.key_padding) && chance(0.3);
     k.infinite_bias = k.attn_bias != 0 && chance(0.25);
     k.training = chance(0.75);

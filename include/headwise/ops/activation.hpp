@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Elementwise activations ReLU and GELU (exact erf form or tanh approximation), forward and
 // backward.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <cmath>  // std::erf, std::exp, std::tanh, std::sqrt

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Scaled dot-product attention for one (batch, head) slice: forward and backward kernels.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Blocked (FlashAttention-2 style) attention for one (batch, head) slice: forward and backward
 // kernels that never hold the [L, S] probabilities, only one log-sum-exp per query row.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Attention of a few new queries over many cached keys and values (incremental decoding), forward
 // only, with no heap temporaries.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

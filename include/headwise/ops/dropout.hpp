@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Dropout as a pure function of a seed: forward and backward regenerate the same keep-mask.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <cstdint>      // std::uint32_t, std::uint64_t

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The one matrix product of headwise, C = alpha op(A) op(B) + beta C, on Eigen or on a CBLAS.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

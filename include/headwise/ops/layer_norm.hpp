@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Layer normalisation over the last axis (Ba et al. 2016): forward and backward kernels.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <cmath>  // std::sqrt

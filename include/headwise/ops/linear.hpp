@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Linear kernels Y = X W^T + b, forward and backward, on caller-provided row-major matrices.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Which attention scores of one [L, S] slice are hidden: masks, the causal rule and its alignment.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

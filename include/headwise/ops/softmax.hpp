@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Row softmax with -infinity as the mask value, forward and backward, on caller-provided matrices.
+// ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
+// call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
 #include <Eigen/Core>

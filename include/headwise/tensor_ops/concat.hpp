@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Joining tensors along an axis (concat) and cutting one into consecutive pieces (split).
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include <algorithm>    // std::copy_n

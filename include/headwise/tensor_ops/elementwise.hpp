@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Elementwise arithmetic on tensors of one shape, with scalars, and a row broadcast over rows.
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include <Eigen/Core>

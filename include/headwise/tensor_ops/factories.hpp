@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Free-function spellings of the Tensor factories: headwise::zeros<float>({2, 3}) and friends.
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include "../config.hpp"

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Matrix products of rank-2 tensors and of batches of them, optionally with transposed operands.
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include <Eigen/Core>

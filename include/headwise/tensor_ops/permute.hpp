@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Reordering the axes of a tensor into a new contiguous tensor: permute and transpose.
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include <algorithm>  // std::copy_n

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Reductions: sum, mean and max along one axis (keepdim or not), and sum and mean of everything.
+// tensor_ops/: functions that allocate and return new tensors; ops/ holds the kernels that write
+// into buffers the caller provides.
 #pragma once
 
 #include <Eigen/Core>

@@ -47,15 +47,15 @@ StridedMatrixMap<T> head_block(T* data, const HeadLayout& l, Index b, Index h, I
 /// Every buffer of one attention call, sized once per call and reused from call to call:
 ///   X_i [B N_i, in_i]      the inputs (copied only when backward needs them)
 ///   Y                      the projection buffers the plan's GEMMs write
-///   K', V' [B, Hkv, S', D] keys and values with bias_k / the zero key appended (when any)
-///   P [B, H, L, S']        softmax probabilities (one [L, S'] slice per thread when not kept;
+///   K', V' [B, Hkv, Sx, D] keys and values with bias_k / the zero key appended (when any)
+///   P [B, H, L, Sx]        softmax probabilities (one [L, Sx] slice per thread when not kept;
 ///                          none for the blocked kernel)
-///   A [threads, L, S']     probabilities after dropout (only when dropout is active)
+///   A [threads, L, Sx]     probabilities after dropout (only when dropout is active)
 ///   LSE [B, H, L]          each query row's log-sum-exp (blocked kernel)
 ///   tiles [threads, n]     the blocked kernel's per-thread scratch
 ///   ctx [B L, E]           Concat(head_1, ..., head_H)
 /// The accessors hide the head layout each projection leaves behind. The same type holds the
-/// gradients in backward (dY, dK', dV', dctx and a per-thread [L, S'] scratch in P's place), so
+/// gradients in backward (dY, dK', dV', dctx and a per-thread [L, Sx] scratch in P's place), so
 /// that backward reads g.q(b, h) for dQ_bh where forward reads a.q(b, h) for Q_bh.
 template <class T>
 class AttentionActivations {
@@ -76,7 +76,7 @@ public:
     }
 
     /// Sizes the buffers as gradients of `fwd`'s call: dY, dK', dV' and dctx zero (the kernels
-    /// add into them), the per-thread [L, S'] scratch unspecified.
+    /// add into them), the per-thread [L, Sx] scratch unspecified.
     void size_backward(const AttentionCall<T>& fwd, int threads) {
         call.plan.key = fwd.plan.key;
         call.plan.buffers = fwd.plan.buffers;
@@ -112,7 +112,7 @@ public:
                                    Eigen::OuterStride<>(gm.y_stride));
     }
 
-    /// Attention's operands for (batch b, head h): Q_bh [L, D], K_bh and V_bh [S', D] (the
+    /// Attention's operands for (batch b, head h): Q_bh [L, D], K_bh and V_bh [Sx, D] (the
     /// appended copies when keys were appended, else the projection's blocks). For k() and v()
     /// and their projected blocks, h counts key/value heads (layout.kv_head(query head)).
     StridedMatrixMap<T> q(Index b, Index h) { return block(kQuery, b, h); }
@@ -124,20 +124,20 @@ public:
     /// True when bias_k / zero-attention keys were appended: k() and v() are then K', V'.
     bool appended() const noexcept { return call.g().Sx != call.g().S; }
 
-    /// P_bh [L, S']: slice (b, h) of P when kept whole, else thread `thread`'s slice.
+    /// P_bh [L, Sx]: slice (b, h) of P when kept whole, else thread `thread`'s slice.
     MatrixMap<T> p(Index b, Index h, int thread) {
         const AttentionGeometry& g = call.g();
         const Index slice = keep_p_ ? b * heads_ + h : thread;
         return MatrixMap<T>(p_.data() + slice * g.L * g.Sx, g.L, g.Sx);
     }
-    /// The probabilities after dropout for (b, h) [L, S']: thread `thread`'s scratch when
+    /// The probabilities after dropout for (b, h) [L, Sx]: thread `thread`'s scratch when
     /// dropout is active, else P_bh itself.
     MatrixMap<T> dropped(Index b, Index h, int thread) {
         if (!dropout_) return p(b, h, thread);
         const AttentionGeometry& g = call.g();
         return MatrixMap<T>(a_.data() + thread * g.L * g.Sx, g.L, g.Sx);
     }
-    /// P [B, H, L, S'], when kept whole.
+    /// P [B, H, L, Sx], when kept whole.
     TensorView<T> p_all() {
         const AttentionGeometry& g = call.g();
         return TensorView<T>(p_.data(), Shape{g.B, heads_, g.L, g.Sx});
@@ -181,7 +181,7 @@ private:
             proj_data_[i] = y_[proj_[i].buffer].data();
             att_data_[i] = proj_data_[i];
         }
-        if (appended()) {  // K', V' [B, Hkv, S', D]
+        if (appended()) {  // K', V' [B, Hkv, Sx, D]
             const Shape shape{g.B, kv_heads_, g.Sx, D_};
             const HeadLayout l{0, 0, kv_heads_ * g.Sx * D_, g.Sx * D_, D_, g.Sx};
             att_data_[kKey] = (zero ? kx_.zeros(shape) : kx_.get(shape)).data();

@@ -44,7 +44,7 @@ class MultiheadAttention;
 template <class T>
 struct AttentionForward {
     Tensor<T> output;        // [B, L, E] ([L, E] for an unbatched call)
-    Tensor<T> attn_weights;  // [B, L, S'] or [B, H, L, S'] when need_weights, else empty
+    Tensor<T> attn_weights;  // [B, L, Sx] or [B, H, L, Sx] when need_weights, else empty
     std::shared_ptr<const detail::AttentionSaved<T>> saved;  // null in eval mode
 
     bool differentiable() const noexcept { return saved != nullptr; }
@@ -438,7 +438,7 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
 }
 
 /// Scores per (batch, head) slice from which AttentionKernel::automatic runs the blocked kernel:
-/// below, the materialised [L, S'] slice (1 MiB in float at the threshold) stays in the L2
+/// below, the materialised [L, Sx] slice (1 MiB in float at the threshold) stays in the L2
 /// cache and the materialised backward, one product fewer than the blocked one, is faster.
 inline constexpr Index kBlockedMinScores = 512 * 512;
 
@@ -464,8 +464,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     const Index Hkv = layout_.kv_heads;
 
     // ---- 0. the call's activations: kept for backward in training mode, the module's own in
-    // eval mode; every buffer sized once, here. P is kept whole [B, H, L, S'] when backward or
-    // the caller needs it, else each thread reuses one [L, S'] slice.
+    // eval mode; every buffer sized once, here. P is kept whole [B, H, L, Sx] when backward or
+    // the caller needs it, else each thread reuses one [L, Sx] slice.
     std::shared_ptr<detail::AttentionSaved<T>> saved;
     if (this->training_) saved = pool_.make_saved();
     detail::AttentionActivations<T>& a = saved ? *saved->activations : eval_activations_;
@@ -503,10 +503,10 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
 
     // ---- 3. attention per (batch, head): O_bh = dropout(softmax(scale Q K^T + mask)) V -------
     // Query head h reads key/value head kv_head(h).
-    // Blocked kernel: tile by tile, keeping LSE_bh [L]; materialised: P_bh [L, S'] whole.
+    // Blocked kernel: tile by tile, keeping LSE_bh [L]; materialised: P_bh [L, Sx] whole.
     // The weights, when asked for, are the probabilities after dropout (as torch returns them):
-    // per head [B, H, L, S'], or averaged over the heads [B, L, S'], summed into one [L, S']
-    // matrix per batch as each head is done, so that no [B, H, L, S'] is held for them. Slices
+    // per head [B, H, L, Sx], or averaged over the heads [B, L, Sx], summed into one [L, Sx]
+    // matrix per batch as each head is done, so that no [B, H, L, Sx] is held for them. Slices
     // are independent and may run on several threads; with averaged weights a thread takes the
     // heads of one batch in turn (they add into the same matrix).
     const bool average = masks.need_weights && masks.average_attn_weights;
@@ -519,7 +519,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         const auto stream = static_cast<std::uint64_t>(slice);
         const ops::ScoreMask<T> mask = score_mask(masks, b, h, g);
         MatrixMap<T> W(weights.empty() ? nullptr : weights.data() + (average ? b : slice) * L * Sx,
-                       L, Sx);  // [L, S'] this slice's weights, or its batch's sum
+                       L, Sx);  // [L, Sx] this slice's weights, or its batch's sum
         if (c.blocked) {
             ops::blocked_attention_forward<T>(a.q(b, h), a.k(b, kv), a.v(b, kv), mask, c.scale,
                                               c.dropout, stream, c.tiles, a.tile_scratch(thread),
@@ -545,7 +545,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
         detail::parallel_for(B, [&](Index b, int thread) {
             for (Index h = 0; h < H; ++h) attend(b, h, thread);
         });
-        weights.matrix() /= static_cast<T>(H);  // the mean over heads, [B, L, S']
+        weights.matrix() /= static_cast<T>(H);  // the mean over heads, [B, L, Sx]
     } else {
         detail::parallel_for(
             B * H, [&](Index slice, int thread) { attend(slice / H, slice % H, thread); });
@@ -788,7 +788,7 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
     const int threads = detail::max_threads();
     MatrixMap<T> Y(cache.qkv_.get(Shape{B * T_, QKV}).data(), B * T_, QKV);  // [B T, E + 2 KV]
     MatrixMap<T> ctx(cache.ctx_.get(Shape{B * T_, E}).data(), B * T_, E);    // [B T, E]
-    T* p = cache.p_.get(Shape{threads, R, cache.capacity_ + extra}).data();  // [threads, R, S']
+    T* p = cache.p_.get(Shape{threads, R, cache.capacity_ + extra}).data();  // [threads, R, Sx]
     T* kx = extra ? cache.kx_.get(Shape{threads, cache.capacity_ + extra, D}).data() : nullptr;
     T* vx = extra ? cache.vx_.get(Shape{threads, cache.capacity_ + extra, D}).data() : nullptr;
 
@@ -852,8 +852,8 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
             k = Kx.data();
             v = Vx.data();
         }
-        const MatrixMap<const T> K(k, Sx, D);  // [S', D]
-        const MatrixMap<const T> V(v, Sx, D);  // [S', D]
+        const MatrixMap<const T> K(k, Sx, D);  // [Sx, D]
+        const MatrixMap<const T> V(v, Sx, D);  // [Sx, D]
         ops::ScoreMask<T> mask;
         if (cache.any_padding_) mask.key_padding = cache.padding_.data() + b * cache.capacity_;
         mask.masked_keys = N;

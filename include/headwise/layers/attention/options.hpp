@@ -62,17 +62,17 @@ bool mask_absent(const Tensor<U>& mask) {
 /// same outputs, gradients and dropout masks (to rounding); they differ in memory and speed.
 enum class AttentionKernel {
     /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
-    /// are short (L S' < kBlockedMinScores scores per slice), where the materialised [L, S']
+    /// are short (L Sx < kBlockedMinScores scores per slice), where the materialised [L, Sx]
     /// slice stays in cache and its backward does one product less (measured: bench_long at
     /// (8, 128, 512, 8)).
     automatic,
     /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
     /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
-    /// [L, S'] matrix is ever held. With need_weights the weights are recomputed from the
-    /// log-sum-exp (one more Q K^T per slice), averaged ones costing [B, L, S'] only.
+    /// [L, Sx] matrix is ever held. With need_weights the weights are recomputed from the
+    /// log-sum-exp (one more Q K^T per slice), averaged ones costing [B, L, Sx] only.
     blocked,
-    /// ops/attention.hpp: each slice's [L, S'] probabilities are materialised; training keeps
-    /// them all, [B, H, L, S'], for backward.
+    /// ops/attention.hpp: each slice's [L, Sx] probabilities are materialised; training keeps
+    /// them all, [B, H, L, Sx], for backward.
     materialised,
 };
 

@@ -51,7 +51,7 @@ struct ProjectionGemm {
 /// zero-attention keys.
 struct AttentionGeometry {
     Index B = 0, L = 0, S = 0;
-    Index Sx = 0;  // S': S plus the appended keys
+    Index Sx = 0;  // Sx = S plus the appended keys (bias_k, the zero key)
 
     friend bool operator==(const AttentionGeometry& a, const AttentionGeometry& b) noexcept {
         return a.B == b.B && a.L == b.L && a.S == b.S && a.Sx == b.Sx;
