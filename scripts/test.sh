@@ -6,10 +6,11 @@
 #   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), with
 #             OpenMP (every test on 2 threads) and every GEMM through a CBLAS (HEADWISE_BLAS=ON,
 #             OpenBLAS here, one thread per call), warnings as errors; less the consumer projects
-#             (they build nothing of ours with sanitizers) and the benchmarks.
+#             (they build nothing of ours with sanitizers), the header compile check (dev has it)
+#             and the benchmarks.
 #   3. cblas-consumers: the consumer projects (find_package, add_subdirectory, pkg-config) and the
-#             header and ODR checks against a CBLAS build: consumers link the BLAS through the
-#             installed package. (The whole suite on the CBLAS backend, without sanitizers, is
+#             ODR check against a CBLAS build: consumers link the BLAS through the installed
+#             package. (The whole suite on the CBLAS backend, without sanitizers, is
 #             `cmake --workflow --preset cblas`.)
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
