@@ -220,6 +220,13 @@ Index tile_columns(const ops::ScoreMask<T>& mask, Index S, Index i0, Index r, In
     return n;
 }
 
+/// Throws unless both tile extents are positive.
+inline void check_tiles(const char* function, const ops::AttentionTiles& tiles) {
+    if (tiles.rows <= 0 || tiles.cols <= 0)
+        throw_invalid_argument(function, "tiles", "rows and cols must be positive",
+                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+}
+
 }  // namespace headwise::detail
 
 namespace headwise::ops {
@@ -236,9 +243,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
     headwise::detail::check_matrix(fn, "O", O, Q.rows(), V.cols());
     headwise::detail::check_matrix(fn, "LSE", LSE, Q.rows(), 1);
     headwise::detail::check_score_mask(fn, mask, K.rows());
-    if (tiles.rows <= 0 || tiles.cols <= 0)
-        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
-                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+    headwise::detail::check_tiles(fn, tiles);
     constexpr T kInf = std::numeric_limits<T>::infinity();
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     T* const tile = scratch;              // [Br, Bc] scores, then probabilities
@@ -317,9 +322,7 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
     headwise::detail::check_matrix(fn, "LSE", LSE, Q.rows(), 1);
     headwise::detail::check_matrix(fn, "W", W, Q.rows(), K.rows());
     headwise::detail::check_score_mask(fn, mask, K.rows());
-    if (tiles.rows <= 0 || tiles.cols <= 0)
-        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
-                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+    headwise::detail::check_tiles(fn, tiles);
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     // A NaN row of forward (LSE NaN) is NaN in every column, skipped tiles included.
     const bool finite = Q.allFinite() && K.allFinite() && !LSE.hasNaN();
@@ -359,9 +362,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
     headwise::detail::check_matrix(fn, "dK", dK, S, D);
     headwise::detail::check_matrix(fn, "dV", dV, S, Dv);
     headwise::detail::check_score_mask(fn, mask, S);
-    if (tiles.rows <= 0 || tiles.cols <= 0)
-        throw_invalid_argument(fn, "tiles", "rows and cols must be positive",
-                               std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+    headwise::detail::check_tiles(fn, tiles);
     const Index Br = tiles.rows, Bc = tiles.cols;
     T* const tile_p = scratch;               // [Br, Bc] P_ij
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
