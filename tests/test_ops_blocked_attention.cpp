@@ -16,6 +16,7 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+using headwise::test::Tol;
 
 namespace {
 
