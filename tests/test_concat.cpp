@@ -15,7 +15,7 @@ using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
 
 using headwise::test::identical;
 

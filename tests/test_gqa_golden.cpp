@@ -31,17 +31,6 @@ Tensor<T> cast(const Tensor<double>& t) {
     return out;
 }
 
-template <class T>
-void check_close(const std::string& name, TensorView<const T> actual,
-                 const Tensor<double>& expected, double tolerance) {
-    INFO("tensor " << name << ": headwise shape " << actual.shape() << ", PyTorch shape "
-                   << expected.shape());
-    REQUIRE(actual.shape() == expected.shape());
-    const headwise::test::ScaledDifference d = headwise::test::scaled_difference(actual, expected);
-    INFO(d.str());
-    CHECK(d.rel <= tolerance);
-}
-
 headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
     headwise::MultiheadAttentionOptions opt;
     opt.embed_dim = c.meta_int("embed_dim");
@@ -80,19 +69,19 @@ void check_case(const GoldenCase& c, Projection projection, double tolerance) {
     const Tensor<T>& v = c.flag("self_attention") ? query : c.flag("kv_same") ? key : value;
 
     const auto fwd = mha.forward(query, k, v, m);
-    check_close<T>("output", fwd.output, c.tensor("output"), tolerance);
-    if (m.need_weights)
-        check_close<T>("attn_weights", fwd.attn_weights, c.tensor("attn_weights"), tolerance);
+    HEADWISE_CHECK_CLOSE(fwd.output, c.tensor("output"), tolerance);
+    if (m.need_weights) HEADWISE_CHECK_CLOSE(fwd.attn_weights, c.tensor("attn_weights"), tolerance);
 
     const auto g = mha.backward(fwd, cast<T>(c.tensor("grad_output")));
-    check_close<T>("grad query", g.query, c.tensor("grad_query"), tolerance);
-    check_close<T>("grad key", g.key, c.tensor("grad_key"), tolerance);
-    check_close<T>("grad value", g.value, c.tensor("grad_value"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.query, c.tensor("grad_query"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.key, c.tensor("grad_key"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.value, c.tensor("grad_value"), tolerance);
     const auto grads = mha.grad_dict();
     REQUIRE(grads.size() == c.grads.size());
     for (const auto& [name, expected] : c.grads) {
+        INFO("gradient of " << name);
         REQUIRE(grads.count(name) == 1);
-        check_close<T>("grad/" + name, grads.at(name), expected, tolerance);
+        HEADWISE_CHECK_CLOSE(grads.at(name), expected, tolerance);
     }
 }
 

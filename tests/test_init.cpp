@@ -14,7 +14,7 @@
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
-using headwise::testing::uniform_mismatch;
+using headwise::test::uniform_mismatch;
 
 TEST_CASE("fan_in_and_fan_out follows torch.nn.init", "[init]") {
     // [out, in]: fan_in = in, fan_out = out.

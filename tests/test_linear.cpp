@@ -23,8 +23,9 @@ using headwise::Linear;
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
 
+using headwise::test::dot_tolerance;
 using headwise::test::identical;
 
 namespace {
@@ -32,18 +33,6 @@ namespace {
 template <class T>
 using StateDict = std::map<std::string, Tensor<T>>;
 
-/// Checks |actual - expected| <= Tol * sqrt(K + 1) * (1 + max |expected|) for sums of K terms,
-/// printing the largest difference and where it is.
-template <class T>
-void check_close(TensorView<const T> actual, TensorView<const double> expected, Index K) {
-    double scale = 1.0;
-    for (double v : expected) scale = std::max(scale, std::abs(v));
-    const headwise::Difference d = headwise::max_abs_diff(actual, expected);
-    INFO(d);
-    CHECK(d.max_abs <= Tol<T>::rel * std::sqrt(static_cast<double>(K) + 1.0) * scale);
-}
-
-/// True when the two tensors have the same shape and bit-identical elements.
 /// True when every element of `t` equals `value`.
 template <class T>
 bool all_equal(TensorView<const T> t, T value) {
@@ -104,16 +93,17 @@ TEMPLATE_TEST_CASE("Linear forward and backward match the reference for rank 1, 
     const Tensor<double> W = reference::to_double<T>(fc.weight());  // [out, in]
     const Tensor<double> b = reference::to_double<T>(fc.bias());    // [out] or empty
     CHECK(b.numel() == (bias ? out : 0));
-    check_close<T>(y, reference::linear(reference::to_double<T>(x), W, b), in);
+    HEADWISE_CHECK_CLOSE(y, reference::linear(reference::to_double<T>(x), W, b),
+                         dot_tolerance<T>(in));
 
     const Tensor<T> dx = fc.backward(x, dy);  // [..., in]
     CHECK(dx.shape() == x_shape);
     const LinearGrads expected =
         linear_grads_reference(reference::to_double<T>(x), W, reference::to_double<T>(dy));
     const Index N = x.numel() / in;
-    check_close<T>(dx, expected.dx, out);
-    check_close<T>(fc.grad_weight(), expected.dW, N);
-    if (bias) check_close<T>(fc.grad_bias(), expected.db, N);
+    HEADWISE_CHECK_CLOSE(dx, expected.dx, dot_tolerance<T>(out));
+    HEADWISE_CHECK_CLOSE(fc.grad_weight(), expected.dW, dot_tolerance<T>(N));
+    if (bias) HEADWISE_CHECK_CLOSE(fc.grad_bias(), expected.db, dot_tolerance<T>(N));
     CHECK(fc.grad_bias().numel() == (bias ? out : 0));
 }
 
@@ -138,15 +128,15 @@ TEMPLATE_TEST_CASE("Linear gradients accumulate across backwards until zero_grad
     Tensor<double> dW_sum = g1.dW, db_sum = g1.db;
     for (Index i = 0; i < dW_sum.numel(); ++i) dW_sum.data()[i] += g2.dW.data()[i];
     for (Index i = 0; i < db_sum.numel(); ++i) db_sum.data()[i] += g2.db.data()[i];
-    check_close<T>(fc.grad_weight(), dW_sum, 8);
-    check_close<T>(fc.grad_bias(), db_sum, 8);
+    HEADWISE_CHECK_CLOSE(fc.grad_weight(), dW_sum, dot_tolerance<T>(8));
+    HEADWISE_CHECK_CLOSE(fc.grad_bias(), db_sum, dot_tolerance<T>(8));
 
     fc.zero_grad();
     CHECK(all_equal<T>(fc.grad_weight(), T(0)));
     CHECK(all_equal<T>(fc.grad_bias(), T(0)));
     fc.backward(x2, dy2);
-    check_close<T>(fc.grad_weight(), g2.dW, 5);
-    check_close<T>(fc.grad_bias(), g2.db, 5);
+    HEADWISE_CHECK_CLOSE(fc.grad_weight(), g2.dW, dot_tolerance<T>(5));
+    HEADWISE_CHECK_CLOSE(fc.grad_bias(), g2.db, dot_tolerance<T>(5));
 }
 
 TEMPLATE_TEST_CASE("Linear forward_into writes and backward_into adds", "[linear]", float, double) {
@@ -165,7 +155,7 @@ TEMPLATE_TEST_CASE("Linear forward_into writes and backward_into adds", "[linear
     fc.backward_into(x, dy, dx_acc);
     Tensor<double> expected = reference::to_double<T>(dx);
     for (double& v : expected) v += 1.0;
-    check_close<T>(dx_acc, expected, 3);
+    HEADWISE_CHECK_CLOSE(dx_acc, expected, dot_tolerance<T>(3));
 }
 
 TEMPLATE_TEST_CASE("Linear initialises as PyTorch: U(-1/sqrt(in), 1/sqrt(in)), weight first",
@@ -175,7 +165,7 @@ TEMPLATE_TEST_CASE("Linear initialises as PyTorch: U(-1/sqrt(in), 1/sqrt(in)), w
     CAPTURE(bias);
     std::mt19937_64 rng(42);
     Linear<T> fc(400, 256, bias, rng);  // bound 1/20
-    const std::string why = headwise::testing::uniform_mismatch<T>(fc.weight(), 1.0 / 20.0);
+    const std::string why = headwise::test::uniform_mismatch<T>(fc.weight(), 1.0 / 20.0);
     INFO(why);
     CHECK(why.empty());
     CHECK(all_equal<T>(fc.grad_weight(), T(0)));
@@ -195,7 +185,7 @@ TEMPLATE_TEST_CASE("Linear initialises as PyTorch: U(-1/sqrt(in), 1/sqrt(in)), w
     // The bias has too few values for the moment checks; its range is checked directly.
     std::mt19937_64 rng2(7);
     Linear<T> wide(16, 20000, true, rng2);  // bound 1/4
-    const std::string why_bias = headwise::testing::uniform_mismatch<T>(wide.bias(), 0.25);
+    const std::string why_bias = headwise::test::uniform_mismatch<T>(wide.bias(), 0.25);
     INFO(why_bias);
     CHECK(why_bias.empty());
 }

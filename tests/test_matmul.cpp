@@ -14,7 +14,8 @@ using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
+using headwise::test::Tol;
 
 namespace {
 

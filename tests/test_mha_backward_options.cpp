@@ -14,6 +14,8 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+namespace reference = headwise::test::reference;
+using headwise::test::Tol;
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+using headwise::test::Tol;
 
 namespace {
 

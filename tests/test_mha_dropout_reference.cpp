@@ -19,6 +19,7 @@ using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
 using headwise::test::MhaConfig;
+using headwise::test::Tol;
 using headwise::test::with;
 
 namespace {

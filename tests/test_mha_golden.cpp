@@ -21,6 +21,7 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::GoldenCase;
+using headwise::test::Tol;
 
 namespace {
 
@@ -36,21 +37,6 @@ Tensor<T> cast(const Tensor<double>& t) {
     Tensor<T> out(t.shape());
     for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<T>(t.data()[i]);
     return out;
-}
-
-/// Checks one tensor against PyTorch's: the largest difference relative to the largest |PyTorch|
-/// value (the difference itself for an all-zero expectation, e.g. a query gradient that vanishes
-/// because a single key takes all the attention), and where it is on failure.
-template <class T>
-void check_close(const std::string& name, TensorView<const T> actual,
-                 const Tensor<double>& expected, double tolerance) {
-    INFO("tensor " << name << ": headwise shape " << actual.shape() << ", PyTorch shape "
-                   << expected.shape());
-    CHECK(actual.shape() == expected.shape());
-    if (actual.shape() != expected.shape()) return;
-    const headwise::test::ScaledDifference d = headwise::test::scaled_difference(actual, expected);
-    INFO(d.str());
-    CHECK(d.rel <= tolerance);
 }
 
 template <class T>
@@ -110,23 +96,24 @@ void check_case(const GoldenCase& c, Projection projection, headwise::AttentionK
     const Tensor<T>& v = c.flag("self_attention") ? query : c.flag("kv_same") ? key : value;
 
     const auto fwd = mha.forward(query, k, v, m);
-    check_close<T>("output", fwd.output, c.tensor("output"), tolerance);
+    HEADWISE_CHECK_CLOSE(fwd.output, c.tensor("output"), tolerance);
     if (m.need_weights) {
-        check_close<T>("attn_weights", fwd.attn_weights, c.tensor("attn_weights"), tolerance);
+        HEADWISE_CHECK_CLOSE(fwd.attn_weights, c.tensor("attn_weights"), tolerance);
     } else {
         CHECK(fwd.attn_weights.numel() == 0);
     }
 
     const auto g = mha.backward(fwd, cast<T>(c.tensor("grad_output")));
-    check_close<T>("grad query", g.query, c.tensor("grad_query"), tolerance);
-    check_close<T>("grad key", g.key, c.tensor("grad_key"), tolerance);
-    check_close<T>("grad value", g.value, c.tensor("grad_value"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.query, c.tensor("grad_query"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.key, c.tensor("grad_key"), tolerance);
+    HEADWISE_CHECK_CLOSE(g.value, c.tensor("grad_value"), tolerance);
 
     const auto grads = mha.grad_dict();
     CHECK(keys_of(grads) == keys_of(c.grads));
     for (const auto& [name, expected] : c.grads) {
+        INFO("gradient of " << name);
         const auto it = grads.find(name);
-        if (it != grads.end()) check_close<T>("grad/" + name, it->second, expected, tolerance);
+        if (it != grads.end()) HEADWISE_CHECK_CLOSE(it->second, expected, tolerance);
     }
 }
 
@@ -248,16 +235,18 @@ TEST_CASE("each forward keeps its own state until its backward, and eval mode ag
     mha.zero_grad();
 
     const auto g = mha.backward(first, c.tensor("grad_output"));
-    check_close<double>("output", first.output, c.tensor("output"), kToleranceDouble);
-    check_close<double>("grad query", g.query, c.tensor("grad_query"), kToleranceDouble);
-    check_close<double>("grad key", g.key, c.tensor("grad_key"), kToleranceDouble);
-    check_close<double>("grad value", g.value, c.tensor("grad_value"), kToleranceDouble);
+    HEADWISE_CHECK_CLOSE(first.output, c.tensor("output"), kToleranceDouble);
+    HEADWISE_CHECK_CLOSE(g.query, c.tensor("grad_query"), kToleranceDouble);
+    HEADWISE_CHECK_CLOSE(g.key, c.tensor("grad_key"), kToleranceDouble);
+    HEADWISE_CHECK_CLOSE(g.value, c.tensor("grad_value"), kToleranceDouble);
     const auto grads = mha.grad_dict();
-    for (const auto& [key, expected] : c.grads)
-        check_close<double>("grad/" + key, grads.at(key), expected, kToleranceDouble);
+    for (const auto& [key, expected] : c.grads) {
+        INFO("gradient of " << key);
+        HEADWISE_CHECK_CLOSE(grads.at(key), expected, kToleranceDouble);
+    }
 
     mha.eval();
     const auto inference = mha.forward(q, k, v, m);
-    check_close<double>("eval output", inference.output, c.tensor("output"), kToleranceDouble);
+    HEADWISE_CHECK_CLOSE(inference.output, c.tensor("output"), kToleranceDouble);
     CHECK_THROWS(mha.backward(inference, c.tensor("grad_output")));  // eval keeps nothing
 }

@@ -13,6 +13,7 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+using headwise::test::Tol;
 
 static_assert(std::is_same_v<decltype(std::declval<MultiheadAttention<float>&>().head(0)),
                              HeadParameters<float>>,

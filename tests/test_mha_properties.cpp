@@ -19,6 +19,7 @@ using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MhaCase;
 using headwise::test::MhaConfig;
+using headwise::test::Tol;
 
 // Each random case is one configuration of random_case() in tests/support/mha_random.hpp; a
 // failure prints it whole with its seed, and HEADWISE_PROPERTY_SEED=<seed> runs only that case.

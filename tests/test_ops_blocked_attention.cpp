@@ -17,6 +17,7 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+using headwise::test::Tol;
 
 namespace {
 

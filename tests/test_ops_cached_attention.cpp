@@ -13,6 +13,7 @@
 #include "support/tolerance.hpp"
 
 using namespace headwise;
+using headwise::test::Tol;
 
 TEMPLATE_TEST_CASE("cached_attention_forward equals attention_forward", "[ops][cached_attention]",
                    float, double) {

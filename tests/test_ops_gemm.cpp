@@ -19,7 +19,8 @@ using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::ops::Op;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
+using headwise::test::Tol;
 
 namespace {
 

@@ -5,11 +5,11 @@
 #include <headwise/compare.hpp>
 #include <headwise/gradcheck.hpp>
 
-#include <cmath>   // std::sqrt
 #include <random>  // std::mt19937_64
 #include <vector>  // std::vector
 
 #include "support/catch.hpp"
+#include "support/match.hpp"
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
@@ -20,26 +20,10 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 namespace ops = headwise::ops;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
+using headwise::test::dot_tolerance;
 
 namespace {
-
-/// Tolerance for a length-K dot product computed in T against double: rounding errors grow
-/// with the square root of the number of terms.
-template <class T>
-double dot_tolerance(Index K) {
-    return Tol<T>::rel * std::sqrt(static_cast<double>(K) + 1.0);
-}
-
-/// Checks |actual - expected| <= tol * (1 + max |expected|) and prints the largest difference.
-template <class T>
-void check_close(TensorView<const T> actual, TensorView<const double> expected, double tol) {
-    double scale = 1.0;
-    for (double v : expected) scale = std::max(scale, std::abs(v));
-    const headwise::Difference d = headwise::max_abs_diff(actual, expected);
-    INFO(d);
-    CHECK(d.max_abs <= tol * scale);
-}
 
 /// A contiguous copy of a [rows, cols] matrix or matrix block.
 template <class T, class Block>
@@ -90,7 +74,7 @@ TEMPLATE_TEST_CASE("linear_forward matches the reference", "[ops][linear]", floa
     const Tensor<double> expected =
         reference::linear(reference::to_double<T>(X), reference::to_double<T>(W),
                           bias ? reference::to_double<T>(b) : Tensor<double>());
-    check_close<T>(Y, expected, dot_tolerance<T>(in));
+    HEADWISE_CHECK_CLOSE(Y, expected, dot_tolerance<T>(in));
 }
 
 TEMPLATE_TEST_CASE("linear_forward reads and writes strided column blocks in place",
@@ -112,7 +96,8 @@ TEMPLATE_TEST_CASE("linear_forward reads and writes strided column blocks in pla
         reference::linear(reference::to_double<T>(copy_block<T>(X_wide.column_block(2, in))),
                           reference::to_double<T>(copy_block<T>(W_wide.column_block(1, in))),
                           reference::to_double<T>(b));
-    check_close<T>(copy_block<T>(Y_wide.column_block(3, out)), expected, dot_tolerance<T>(in));
+    HEADWISE_CHECK_CLOSE(copy_block<T>(Y_wide.column_block(3, out)), expected,
+                         dot_tolerance<T>(in));
     CHECK(outside_block_is(Y_wide, 3, out, fill));
 }
 
@@ -147,9 +132,9 @@ TEMPLATE_TEST_CASE("linear_backward accumulates dX, dW and db onto what is there
                 dW_ref(o, i) += g * static_cast<double>(X(n, i));
             }
         }
-    check_close<T>(dX, dX_ref, dot_tolerance<T>(out));
-    check_close<T>(dW, dW_ref, dot_tolerance<T>(N));
-    check_close<T>(db, db_ref, dot_tolerance<T>(N));
+    HEADWISE_CHECK_CLOSE(dX, dX_ref, dot_tolerance<T>(out));
+    HEADWISE_CHECK_CLOSE(dW, dW_ref, dot_tolerance<T>(N));
+    HEADWISE_CHECK_CLOSE(db, db_ref, dot_tolerance<T>(N));
 
     // The split kernels compute the same pieces one at a time, and only their own.
     Tensor<T> dX2 = dX0, dW2 = dW0, db2 = db0;

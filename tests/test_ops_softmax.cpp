@@ -20,7 +20,8 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 namespace ops = headwise::ops;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
+using headwise::test::Tol;
 
 namespace {
 

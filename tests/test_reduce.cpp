@@ -15,7 +15,8 @@
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
-namespace reference = headwise::reference;
+namespace reference = headwise::test::reference;
+using headwise::test::Tol;
 
 TEMPLATE_TEST_CASE("sum, mean and max along each axis match the reference", "[reduce]", float,
                    double) {

@@ -9,7 +9,7 @@
 
 #include <headwise/tensor.hpp>
 
-namespace headwise::testing {
+namespace headwise::test {
 
 /// Empty when the n >= 10^4 values of `w` pass all of these, else the reason:
 ///  - every value lies in [-bound, bound] (bound rounded to T, as the values are);
@@ -53,4 +53,4 @@ std::string uniform_mismatch(TensorView<const T> w, double bound) {
     return why.str();
 }
 
-}  // namespace headwise::testing
+}  // namespace headwise::test

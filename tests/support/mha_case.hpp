@@ -130,23 +130,33 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
                                  const MhaData<T>& d,
                                  const std::vector<double>* dropout = nullptr) {
     auto dbl = [](const Tensor<T>& t) { return std::vector<double>(t.begin(), t.end()); };
-    ReferenceMasks rm;
+    ReferenceProblem p;
+    p.B = c.batched ? c.B : 1;
+    p.L = c.L;
+    p.S = c.inputs == Inputs::self ? c.L : c.S;
+    p.E = c.E;
+    p.H = c.H;
+    p.kdim = c.kd();
+    p.vdim = c.vd();
+    p.num_kv_heads = c.Hkv;
+    p.bias = c.bias;
+    p.bias_kv = c.bias_kv;
+    p.zero_attn = c.zero_attn;
+    p.scale = c.scale;
+    p.dropout = dropout;
     if (!d.masks.attn_mask.empty()) {
-        rm.attn_mask = d.masks.attn_mask.data();
-        rm.attn_mask_4d = d.masks.attn_mask.rank() == 4;
+        p.masks.attn_mask = d.masks.attn_mask.data();
+        p.masks.attn_mask_4d = d.masks.attn_mask.rank() == 4;
     }
     const std::vector<double> attn_bias = dbl(d.masks.attn_bias);
     if (!d.masks.attn_bias.empty()) {
-        rm.attn_bias = attn_bias.data();
-        rm.attn_bias_4d = d.masks.attn_bias.rank() == 4;
+        p.masks.attn_bias = attn_bias.data();
+        p.masks.attn_bias_4d = d.masks.attn_bias.rank() == 4;
     }
-    if (!d.masks.key_padding_mask.empty()) rm.key_padding = d.masks.key_padding_mask.data();
-    rm.causal = d.masks.is_causal;
-    const Index S = c.inputs == Inputs::self ? c.L : c.S;
-    rm.causal_offset = ops::causal_offset(c.alignment, c.L, S);
-    return reference_mha(params_in_double(m), c.batched ? c.B : 1, c.L, S, c.E, c.H, c.kd(), c.vd(),
-                         dbl(d.q), dbl(d.key()), dbl(d.value()), c.bias, c.bias_kv, c.zero_attn, rm,
-                         c.scale, dropout, c.Hkv);
+    if (!d.masks.key_padding_mask.empty()) p.masks.key_padding = d.masks.key_padding_mask.data();
+    p.masks.causal = d.masks.is_causal;
+    p.masks.causal_offset = ops::causal_offset(c.alignment, c.L, p.S);
+    return reference_mha(params_in_double(m), p, dbl(d.q), dbl(d.key()), dbl(d.value()));
 }
 
 }  // namespace headwise::test

@@ -10,7 +10,7 @@
 
 #include <headwise/tensor.hpp>
 
-namespace headwise::reference {
+namespace headwise::test::reference {
 
 /// A copy of `x` in double, so a float result can be compared with a double reference.
 template <class T>
@@ -204,4 +204,4 @@ inline Tensor<double> softmax(TensorView<const double> S, TensorView<const bool>
     return softmax(masked);
 }
 
-}  // namespace headwise::reference
+}  // namespace headwise::test::reference

@@ -31,21 +31,39 @@ struct ReferenceMasks {
     Index causal_offset = 0;  // causal: query i may attend key j when j <= i + causal_offset
 };
 
+/// The sizes and options of one reference_mha run, named; the masks and dropout factors point
+/// into storage the caller keeps alive.
+struct ReferenceProblem {
+    Index B = 1, L = 1, S = 1, E = 1, H = 1;
+    Index kdim = 0, vdim = 0;     // features of the key and value inputs; 0 = E
+    Index num_kv_heads = 0;       // key/value heads Hkv; 0 = H
+    bool bias = true;             // in_proj_bias and out_proj.bias
+    bool bias_kv = false;         // append bias_k and bias_v as one more key and value
+    bool zero_attn = false;       // append a zero key and value
+    std::optional<double> scale;  // of the scores; unset: 1 / sqrt(D)
+    ReferenceMasks masks;
+    const std::vector<double>* dropout = nullptr;  // one factor per weight [B, H, L, S'], or none
+};
+
 /// Follows torch.nn.functional.multi_head_attention_forward step by step, with loops:
 /// project, append bias_k/bias_v, append zero attention, scores, masks, softmax (a row with no
 /// visible key is all zero), dropout, weighted sum, output projection. `params` holds
-/// state_dict() names. The scores are scaled by `scale`, 1 / sqrt(D) when unset. `dropout`, when
-/// given, holds one factor per weight [B, H, L, S']: 0 where the weight is dropped, 1 / (1 - p)
-/// where it is kept. With `num_kv_heads` = Hkv key/value heads (0 = H), K and V have Hkv D
-/// features and query head h reads key/value head h / (H / Hkv).
-inline ReferenceAttention reference_mha(
-    const std::map<std::string, std::vector<double>>& params, Index B, Index L, Index S, Index E,
-    Index H, Index kdim, Index vdim, const std::vector<double>& q, const std::vector<double>& k,
-    const std::vector<double>& v, bool bias, bool bias_kv, bool zero_attn,
-    const ReferenceMasks& masks, std::optional<double> scale_option = std::nullopt,
-    const std::vector<double>* dropout = nullptr, Index num_kv_heads = 0) {
+/// state_dict() names; q [B, L, E], k [B, S, kdim] and v [B, S, vdim] the inputs. The scores are
+/// scaled by `problem.scale`, 1 / sqrt(D) when unset. `problem.dropout`, when given, holds one
+/// factor per weight [B, H, L, S']: 0 where the weight is dropped, 1 / (1 - dropout) where it is
+/// kept. With `problem.num_kv_heads` = Hkv key/value heads, K and V have Hkv D features and query
+/// head h reads key/value head h / (H / Hkv).
+inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
+                                        const ReferenceProblem& problem,
+                                        const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v) {
+    const Index B = problem.B, L = problem.L, S = problem.S, E = problem.E, H = problem.H;
+    const Index kdim = problem.kdim ? problem.kdim : E, vdim = problem.vdim ? problem.vdim : E;
+    const bool bias = problem.bias, bias_kv = problem.bias_kv, zero_attn = problem.zero_attn;
+    const ReferenceMasks& masks = problem.masks;
+    const std::vector<double>* dropout = problem.dropout;
     const Index D = E / H;
-    const Index Hkv = num_kv_heads ? num_kv_heads : H;
+    const Index Hkv = problem.num_kv_heads ? problem.num_kv_heads : H;
     const Index group = H / Hkv;                     // query heads per key/value head
     const Index rows_of[3] = {E, Hkv * D, Hkv * D};  // output features of each projection
     const Index row0[3] = {0, E, E + Hkv * D};       // first row of each in the packed weight
@@ -93,7 +111,7 @@ inline ReferenceAttention reference_mha(
     r.Sx = Sx;
     r.weights.assign(static_cast<std::size_t>(B * H * L * Sx), 0.0);
     std::vector<double> ctx(static_cast<std::size_t>(B * L * E), 0.0);
-    const double scale = scale_option ? *scale_option : 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale = problem.scale ? *problem.scale : 1.0 / std::sqrt(static_cast<double>(D));
     const double inf = std::numeric_limits<double>::infinity();
     for (Index b = 0; b < B; ++b)
         for (Index h = 0; h < H; ++h)
