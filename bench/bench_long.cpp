@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext(
         "memory", "extra_MiB = peak VmHWM during the case - VmRSS before it (after malloc_trim)");
     benchmark::AddCustomContext("eigen_simd", Eigen::SimdInstructionSetsInUse());
+    benchmark::AddCustomContext("gemm_backend", headwise::ops::gemm_backend());
 #if defined(NDEBUG)
     benchmark::AddCustomContext("headwise_assertions", "off (NDEBUG)");
 #else

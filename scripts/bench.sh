@@ -70,28 +70,17 @@ for name in "${builds[@]}"; do
     echo "headwise: configuring and building ${root}/${name} (Release ${flags[${name}]})"
     # shellcheck disable=SC2086  # the flags are words
     cmake -S . -B "${root}/${name}" -DCMAKE_BUILD_TYPE=Release -DHEADWISE_BUILD_TESTS=OFF \
-        -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON ${flags[${name}]} >/dev/null
+        -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON -DBLA_VENDOR=OpenBLAS \
+        ${flags[${name}]} >/dev/null
     cmake --build "${root}/${name}" --target bench_mha -j2
 done
 echo "headwise: builds done ($((SECONDS - started)) s)"
 
 # --- environment of every benchmark process -----------------------------------------------------
-# glibc's malloc hands freed blocks above a threshold back to the system, and raises that
-# threshold as a process runs (to 32 MiB at most), so what an allocation costs depends on what ran
-# before it in the same process. Every program below gets glibc's settled values from the start,
-# the state of a long-running program, so that every case pays the same for its allocations.
-malloc_settled="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
-export GLIBC_TUNABLES="${malloc_settled}${GLIBC_TUNABLES:+:${GLIBC_TUNABLES}}"
-if [[ "${HEADWISE_BENCH_KEEP_OPENBLAS_ENV:-0}" != "1" ]]; then
-    for var in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do
-        if [[ -n "${!var:-}" ]]; then
-            echo "headwise: ${var}=${!var} from the environment is not applied to the benchmarks" \
-                "(OpenBLAS chooses for this CPU; HEADWISE_BENCH_KEEP_OPENBLAS_ENV=1 keeps it)"
-            unset "${var}"
-        fi
-    done
-fi
-unset OMP_WAIT_POLICY
+# glibc's malloc thresholds pinned, OpenBLAS choosing its kernels for this CPU: scripts/bench_env.sh.
+# shellcheck source=scripts/bench_env.sh
+source scripts/bench_env.sh
+headwise_bench_env "${root}"
 
 repetitions=5
 min_time=0.1

@@ -8,8 +8,9 @@
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench_long.sh     without torch
 #
 # scripts/bench.sh runs it after its own set (the same --full). Builds bench/bench_long in
-# build/bench/long (Release, -march=native, the default Eigen GEMM backend, one thread) and writes
-# build/bench/long/bench_long.json, bench_long_torch.json and bench_long.png there.
+# build/bench/long (Release, -march=native, the CBLAS backend on OpenBLAS as in bench.sh's primary
+# run, one thread) and writes build/bench/long/bench_long.json, bench_long_torch.json and
+# bench_long.png there. The environment is scripts/bench_env.sh's, as in bench.sh.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,17 +28,18 @@ while (($# > 0)); do
 done
 
 build=build/bench/long
-echo "headwise: configuring and building ${build} (Release -march=native)"
+bash scripts/deps.sh
+echo "headwise: configuring and building ${build} (Release -march=native, CBLAS on OpenBLAS)"
 cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release -DHEADWISE_BUILD_TESTS=OFF \
-    -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON -DHEADWISE_BLAS=OFF \
-    -DCMAKE_CXX_FLAGS=-march=native >/dev/null
+    -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON -DHEADWISE_BLAS=ON \
+    -DBLA_VENDOR=OpenBLAS -DCMAKE_CXX_FLAGS=-march=native >/dev/null
 cmake --build "${build}" --target bench_long -j2
 
-# One thread on both sides: the targets are single-thread figures. glibc's malloc thresholds
-# pinned at their settled values, as scripts/bench.sh does.
+# One thread on both sides: the targets are single-thread figures.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-malloc_settled="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
-export GLIBC_TUNABLES="${malloc_settled}${GLIBC_TUNABLES:+:${GLIBC_TUNABLES}}"
+# shellcheck source=scripts/bench_env.sh
+source scripts/bench_env.sh
+headwise_bench_env "${build}"
 build_type=Release
 json="${build}/bench_long.json"
 started=${SECONDS}
@@ -50,7 +52,7 @@ echo "headwise: running ${build}/bench/bench_long (full=${full}, 3 repetitions)"
     --benchmark_report_aggregates_only=true \
     --benchmark_out="${json}" \
     --benchmark_out_format=json \
-    --benchmark_context="build_type=${build_type:-unknown},threads=1,full=${full}" \
+    --benchmark_context="build_type=${build_type:-unknown},blas_core=${HEADWISE_BENCH_OPENBLAS_CORE:-?},threads=1,full=${full}" \
     $( ((full)) && echo --full) \
     ${extra[@]+"${extra[@]}"}
 

@@ -34,7 +34,7 @@ headwise_deps() {
     _headwise_have_package catch2 "" Catch2Config.cmake || missing+=(catch2)
     _headwise_have_package libbenchmark-dev benchmark/benchmark.h benchmarkConfig.cmake ||
         missing+=(libbenchmark-dev)
-    _headwise_have_package libopenblas-dev cblas.h "" || missing+=(libopenblas-dev)
+    _headwise_have_openblas || missing+=(libopenblas-dev)
     _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
         missing+=(nlohmann-json3-dev)
     # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
@@ -84,6 +84,21 @@ _headwise_have_package() {
         fi
     done
     [[ -n "${found_header}" && -n "${found_config}" ]]
+}
+
+# OpenBLAS itself: another BLAS's cblas.h does not do. Debian images often carry the reference
+# BLAS (libblas-dev, pulled in by liblapack-dev), whose cblas.h would pass a header probe while
+# its GEMMs run a hundred times slower than OpenBLAS's.
+_headwise_have_openblas() {
+    local status=""
+    if _headwise_have_command dpkg-query; then
+        status="$(dpkg-query -W -f='${Status}' libopenblas-dev 2>/dev/null || true)"
+        [[ "${status}" == "install ok installed" ]]
+        return
+    fi
+    compgen -G "/usr/lib*/libopenblas.so" >/dev/null ||
+        compgen -G "/usr/lib*/*/libopenblas.so" >/dev/null ||
+        compgen -G "/usr/local/lib*/libopenblas.so" >/dev/null
 }
 
 # libFuzzer's runtime, as clang's -fsanitize=fuzzer links it.
