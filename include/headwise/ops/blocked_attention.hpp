@@ -14,6 +14,7 @@
 #include <string>     // std::to_string
 
 #include "../config.hpp"
+#include "../detail/softmax_rows.hpp"
 #include "../error.hpp"
 #include "../tensor.hpp"
 #include "dropout.hpp"
@@ -135,35 +136,28 @@ T max_nan(T a, T b) {
     return a < b ? b : a;
 }
 
-/// P = exp(X - shift) on one row (P may be X), with exactly 0 wherever X - shift is below
-/// log(smallest normal T) (-inf included): Eigen's vectorised exp clamps its argument and returns
-/// a tiny positive number there, where the true value is 0 or a subnormal that cannot move a sum
-/// >= 1 (the materialised softmax does the same). A NaN shift or entry stays NaN. The fix-up loop
-/// runs only for rows that have such an entry (masked keys, a causal diagonal), found with one
-/// vectorised min before X is overwritten.
-template <class T, class RowIn, class RowOut>
-void exp_shifted_row(const RowIn& X, T shift, RowOut&& P) {
-    const T kMinExponent = std::log(std::numeric_limits<T>::min());  // -87.3 float, -708.4 double
-    const bool flush = X.minCoeff() - shift < kMinExponent;
-    P = (X.array() - shift).exp().matrix();
-    if (flush)
-        for (Index j = 0; j < P.size(); ++j)
-            if (P(j) < std::numeric_limits<T>::min()) P(j) = T(0);
-}
-
 /// P = exp(S - LSE) row by row in place, forward's probabilities recomputed: 0 for a row that
-/// sees nothing (LSE = +inf), NaN for a row forward made NaN (LSE = NaN).
-template <class Tile, class Lse>
-void exp_rows_from_lse(Tile& P, const Lse& LSE) {
-    using T = typename Tile::Scalar;
+/// sees nothing (LSE = +inf), NaN for a row forward made NaN (LSE = NaN); entries whose exponent
+/// is below the smallest normal T are exactly 0 (softmax_rows.hpp).
+template <class T>
+void exp_rows_from_lse(MatrixMap<T>& P, const T* LSE) {
     constexpr T kInf = std::numeric_limits<T>::infinity();
     for (Index k = 0; k < P.rows(); ++k) {
         if (LSE[k] == kInf) {
             P.row(k).setZero();
         } else {
-            exp_shifted_row(P.row(k), T(LSE[k]), P.row(k));
+            T* row = P.data() + k * P.outerStride();
+            exp_shifted_sum(row, LSE[k], row, P.cols());
         }
     }
+}
+
+/// True when every entry of X is finite: the sum of X * 0 is 0, or NaN if any entry is NaN or an
+/// infinity (one vectorised pass, where Eigen's allFinite() compares entry by entry).
+template <class Matrix>
+bool all_finite(const Matrix& X) {
+    using T = typename Matrix::Scalar;
+    return X.size() == 0 || (X.array() * T(0)).sum() == T(0);
 }
 
 }  // namespace headwise::detail
@@ -249,7 +243,8 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
     T* const tile = scratch;              // [Br, Bc] scores, then probabilities
     T* const m = scratch + Br * Bc;       // [Br] running row max
     T* const l = scratch + Br * Bc + Br;  // [Br] running row sum of exp(S - m)
-    const bool finite = Q.allFinite() && K.allFinite() && V.allFinite();  // may skip tiles
+    const bool finite =
+        detail::all_finite(Q) && detail::all_finite(K) && detail::all_finite(V);  // may skip tiles
 
     // Algorithm 1, line 3: for each block Q_i of Br query rows ...
     for (Index i0 = 0; i0 < L; i0 += Br) {
@@ -279,15 +274,15 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             // materialised softmax; rescaling by exp(m_old - m_new) moves earlier tiles onto the
             // new max, so the result equals one softmax over the whole row.
             for (Index k = 0; k < r; ++k) {
-                const T m_new =
-                    detail::max_nan(m[k], Sij.row(k).template maxCoeff<Eigen::PropagateNaN>());
+                T* row = Sij.data() + k * c;  // S_ij's row k, then P~_ij's
+                const T m_new = detail::max_nan(m[k], detail::row_max(row, c));
                 if (m_new == -kInf) {  // nothing visible in this row yet
                     Sij.row(k).setZero();
                     continue;
                 }
-                detail::exp_shifted_row(Sij.row(k), m_new, Sij.row(k));
+                const T row_sum = detail::exp_shifted_sum(row, m_new, row, c);
                 const T alpha = std::exp(m[k] - m_new);  // 0 when m_old = -inf
-                l[k] = alpha * l[k] + Sij.row(k).sum();
+                l[k] = alpha * l[k] + row_sum;
                 if (alpha != T(1)) Oi.row(k) *= alpha;
                 m[k] = m_new;
             }
@@ -325,7 +320,7 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
     headwise::detail::check_tiles(fn, tiles);
     const Index L = Q.rows(), S = K.rows(), Br = tiles.rows, Bc = tiles.cols;
     // A NaN row of forward (LSE NaN) is NaN in every column, skipped tiles included.
-    const bool finite = Q.allFinite() && K.allFinite() && !LSE.hasNaN();
+    const bool finite = detail::all_finite(Q) && detail::all_finite(K) && !LSE.hasNaN();
     for (Index i0 = 0; i0 < L; i0 += Br) {
         const Index r = L - i0 < Br ? L - i0 : Br;
         for (Index j0 = 0; j0 < S; j0 += Bc) {
@@ -336,7 +331,7 @@ void blocked_attention_weights(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, const S
             gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose, T(0),
                     Pij);
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
-            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
+            detail::exp_rows_from_lse(Pij, LSE.data() + i0);
             if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Pij, Pij);
             W.block(i0, j0, r, c) += alpha * Pij;
         }
@@ -368,8 +363,8 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
     T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
     T* const delta = scratch + 2 * Br * Bc;  // [L]
     // NaN reaches every gradient the materialised backward would reach, skipped tiles included.
-    const bool finite =
-        Q.allFinite() && K.allFinite() && V.allFinite() && dO.allFinite() && !LSE.hasNaN();
+    const bool finite = detail::all_finite(Q) && detail::all_finite(K) && detail::all_finite(V) &&
+                        detail::all_finite(dO) && !LSE.hasNaN();
 
     // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
     // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
@@ -398,7 +393,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
             // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
             // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
-            detail::exp_rows_from_lse(Pij, LSE.segment(i0, r));
+            detail::exp_rows_from_lse(Pij, LSE.data() + i0);
             // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
             if (dropout.active()) {
                 dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);

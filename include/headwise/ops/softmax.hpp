@@ -6,10 +6,11 @@
 
 #include <Eigen/Core>
 
-#include <cmath>   // std::log, std::isnan
+#include <cmath>   // std::isnan
 #include <limits>  // std::numeric_limits
 
 #include "../config.hpp"
+#include "../detail/softmax_rows.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -55,17 +56,16 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
     const Index R = S.rows(), C = S.cols();
     if (C == 0) return;
     constexpr T kMasked = -std::numeric_limits<T>::infinity();
-    constexpr Index kChunk = 64;
-    const T kMinExponent = std::log(std::numeric_limits<T>::min());  // -87.3 float, -708.4 double
-    Eigen::Array<T, 1, kChunk> chunk;                                // one chunk of a row's scores
 
     for (Index i = 0; i < R; ++i) {
+        const T* s = S.data() + i * S.outerStride();  // row i, contiguous
+        T* p = P.data() + i * P.outerStride();
         // Softmax is invariant to shifting a row by a constant, so subtract the row max m:
         // exp(s - m) <= 1 cannot overflow (exp(89) already overflows float), and the largest
         // entry contributes exp(0) = 1, so the denominator is >= 1 and never underflows to 0.
-        // PropagateNaN: the default maxCoeff() skips a NaN unless it comes first, and the
-        // fix-up below would then write 0 where the score was NaN, hiding it.
-        const T m = S.row(i).template maxCoeff<Eigen::PropagateNaN>();
+        // row_max is NaN when any score is: Eigen's default maxCoeff() skips a NaN unless it
+        // comes first, and the row would then come out finite, hiding it.
+        const T m = detail::row_max(s, C);
         if (std::isnan(m) || m == -kMasked) {  // NaN in, NaN out (torch: the whole row NaN)
             P.row(i).setConstant(std::numeric_limits<T>::quiet_NaN());
             continue;
@@ -74,21 +74,9 @@ void softmax_forward(ConstMatrixRef<T> S, MatrixRef<T> P) {
             P.row(i).setZero();
             continue;
         }
-        // exp(s - m) in chunks: each chunk of scores is copied first, so that the vectorised
-        // exp may overwrite it in place (P may be S) and the scores are still known for the
-        // fix-up. It sets exactly 0 wherever s - m is below log(smallest normal T), masked
-        // entries (-inf) included: Eigen's vectorised exp clamps its argument and returns a tiny
-        // positive number there, where the true value is 0 or a subnormal that cannot move a
-        // sum >= 1. (An Eigen select() would do both in one expression, but select() is
-        // evaluated one scalar at a time, exp included.)
-        for (Index j0 = 0; j0 < C; j0 += kChunk) {
-            const Index n = C - j0 < kChunk ? C - j0 : kChunk;
-            chunk.head(n) = S.row(i).segment(j0, n).array();
-            P.row(i).segment(j0, n).array() = (chunk.head(n) - m).exp();
-            for (Index k = 0; k < n; ++k)
-                if (!(chunk[k] - m >= kMinExponent)) P(i, j0 + k) = T(0);
-        }
-        const T sum = P.row(i).sum();  // >= 1
+        // exp(s - m), exactly 0 for masked entries (-inf) and wherever s - m is below the
+        // smallest normal exponent (softmax_rows.hpp), summed in the same pass.
+        const T sum = detail::exp_shifted_sum(s, m, p, C);  // >= 1
         P.row(i) *= T(1) / sum;
     }
 }
