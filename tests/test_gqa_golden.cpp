@@ -10,6 +10,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 
 using headwise::Index;

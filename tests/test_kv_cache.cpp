@@ -5,7 +5,8 @@
 //
 // This file counts heap allocations: it replaces the global operator new (every headwise buffer
 // comes from it; support/allocation_counter.hpp) and builds Eigen with EIGEN_RUNTIME_NO_MALLOC, so
-// that an Eigen temporary inside a step would fail an assertion.
+// that an Eigen temporary inside a step would fail an assertion. Hence no
+// support/instantiations.hpp here: those instantiations are compiled without that macro.
 #define EIGEN_RUNTIME_NO_MALLOC
 #include <headwise/headwise.hpp>
 

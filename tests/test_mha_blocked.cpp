@@ -6,6 +6,7 @@
 #include <random>  // std::mt19937_64
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 

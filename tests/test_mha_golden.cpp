@@ -12,6 +12,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 

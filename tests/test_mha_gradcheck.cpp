@@ -7,6 +7,7 @@
 #include <vector>  // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/mha_case.hpp"
 
 using namespace headwise;

@@ -8,6 +8,7 @@
 #include <headwise/random.hpp>
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 #include "support/tolerance.hpp"

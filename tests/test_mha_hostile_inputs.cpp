@@ -9,6 +9,7 @@
 #include <string>     // std::string
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 

@@ -8,6 +8,7 @@
 #include <cmath>      // std::sqrt, std::log, std::abs
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 

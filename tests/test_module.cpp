@@ -10,6 +10,7 @@
 #include <headwise/random.hpp>
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 
 using namespace headwise;

@@ -13,6 +13,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/training_golden.hpp"
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>         // std::copy, std::equal
 #include <array>             // std::array
+#include <cstddef>           // std::size_t
 #include <initializer_list>  // std::initializer_list
 #include <ostream>           // std::ostream
 #include <stdexcept>         // std::invalid_argument, std::length_error
@@ -24,8 +25,15 @@ public:
     explicit Shape(const std::vector<Index>& dims) { assign(dims.begin(), dims.end()); }
 
     int rank() const noexcept { return rank_; }
-    Index operator[](int axis) const noexcept { return dims_[static_cast<std::size_t>(axis)]; }
-    Index& operator[](int axis) noexcept { return dims_[static_cast<std::size_t>(axis)]; }
+    /// Extent of axis `axis`, 0 <= axis < rank() (see normalize_axis for negative axes).
+    Index operator[](int axis) const noexcept {
+        HEADWISE_ASSERT(axis >= 0 && axis < rank_);
+        return dims_[slot(axis)];
+    }
+    Index& operator[](int axis) noexcept {
+        HEADWISE_ASSERT(axis >= 0 && axis < rank_);
+        return dims_[slot(axis)];
+    }
     /// Extent of the last axis (the contiguous one); 1 for rank 0.
     Index back() const noexcept {
         return rank_ == 0 ? 1 : dims_[static_cast<std::size_t>(rank_ - 1)];
@@ -71,6 +79,14 @@ public:
     friend std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
 private:
+    static_assert((kMaxRank & (kMaxRank - 1)) == 0,
+                  "headwise::Shape: kMaxRank must be a power of two (slot() masks with it)");
+    // The mask keeps every index in bounds, so GCC at -O2 cannot see one that is not and warn
+    // -Warray-bounds (size(-2) inlined where it cannot prove the rank); valid axes are unchanged.
+    static std::size_t slot(int axis) noexcept {
+        return static_cast<std::size_t>(axis) & static_cast<std::size_t>(kMaxRank - 1);
+    }
+
     /// Sets `n` to the product of the extents; false when the product of the nonzero extents
     /// (and so any partial product, however the extents are grouped) overflows Index.
     bool checked_product(Index& n) const noexcept {
