@@ -38,6 +38,7 @@ def parse_args(argv):
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds per length")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--no-torch", action="store_true", help="headwise's tables only")
     return parser.parse_args(argv)
 
 
@@ -45,7 +46,8 @@ def time_torch(args):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
-    os.environ.pop("OPENBLAS_CORETYPE", None)  # let OpenBLAS pick its kernels for this CPU
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        os.environ.pop(var, None)  # let OpenBLAS pick its kernels and blocking for this CPU
     try:
         import torch
     except ImportError:
@@ -110,7 +112,7 @@ def table(header, rows):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch_ms, version = time_torch(args)
+    torch_ms, version = (None, None) if args.no_torch else time_torch(args)
     if args.json and torch_ms is not None:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
         with open(args.json, "w") as f:

@@ -21,9 +21,11 @@
 #   HEADWISE_BENCH_NO_TORCH=1 bash scripts/bench.sh              without the torch comparison
 #   HEADWISE_BENCH_KEEP_OPENBLAS_ENV=1 bash scripts/bench.sh     keep OPENBLAS_CORETYPE/_L2_SIZE
 #
-# Then the long-sequence set (scripts/bench_long.sh, the same --full): the blocked and
-# materialised attention kernels against torch, L up to 4096 (8192 with --full), time and peak
-# memory, in its own build (build/bench/long).
+# Then decoding with a KV cache (bench/bench_decode.cpp in the cblas-native build, and
+# bench/torch_decode.py): one token's step against recomputing the prefix and against torch's
+# single-query step, and grouped-query caches. Then the long-sequence set (scripts/bench_long.sh,
+# the same --full): the blocked and materialised attention kernels against torch, L up to 4096
+# (8192 with --full), time and peak memory, in its own build (build/bench/long).
 #
 # OpenBLAS: by default every benchmark process (ours and torch's, which also runs on OpenBLAS)
 # lets OpenBLAS pick its kernels and cache sizes for this CPU, as on a user's machine: an
@@ -74,6 +76,7 @@ for name in "${builds[@]}"; do
         ${flags[${name}]} >/dev/null
     cmake --build "${root}/${name}" --target bench_mha -j2
 done
+cmake --build "${root}/cblas-native" --target bench_decode -j2
 echo "headwise: builds done ($((SECONDS - started)) s)"
 
 # --- environment of every benchmark process -----------------------------------------------------
@@ -173,6 +176,21 @@ declare -a report_args=("${primary}" --png "${root}/bench.png" --runs "${primary
 ((${#torch_jsons[@]} > 0)) && report_args+=(--torch "${torch_jsons[@]}")
 "${python}" bench/report.py "${report_args[@]}"
 echo "headwise: bench.sh done in ${SECONDS} s (builds included)"
+
+# --- Decoding with a KV cache ---------------------------------------------------------------------
+decode_json="${root}/cblas-native/bench_decode.json"
+echo "headwise: decoding: ${root}/cblas-native/bench/bench_decode -> ${decode_json}"
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${root}/cblas-native/bench/bench_decode" \
+    --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_report_aggregates_only=true \
+    --benchmark_enable_random_interleaving=true --benchmark_out="${decode_json}" \
+    --benchmark_out_format=json --benchmark_context="build_type=Release,build=cblas-native" \
+    >/dev/null
+if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
+    "${python}" bench/torch_decode.py --headwise "${decode_json}" --no-torch
+else
+    "${python}" bench/torch_decode.py --headwise "${decode_json}" \
+        --json "${root}/cblas-native/bench_decode_torch.json"
+fi
 
 # --- Long sequences: the blocked and materialised kernels against torch (own script and files) --
 bash scripts/bench_long.sh $( ((full)) && echo --full)

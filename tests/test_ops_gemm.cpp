@@ -54,13 +54,17 @@ TEMPLATE_TEST_CASE("gemm matches the double loop for every transpose, alpha and 
                    float, double) {
     using T = TestType;
     // The last two products are above the size at which an OpenMP build splits C over threads,
-    // with extents that are not multiples of the split's blocks.
+    // with extents that are not multiples of the split's blocks. One row or one column of C
+    // (m = 1 or n = 1) is a matrix-vector product, which the CBLAS backend runs as a GEMV.
     const auto [m, k, n] = GENERATE(table<Index, Index, Index>({{1, 1, 1},
                                                                 {2, 3, 4},
                                                                 {5, 1, 7},
                                                                 {17, 33, 9},
                                                                 {64, 64, 64},
                                                                 {3, 129, 2},
+                                                                {1, 37, 29},
+                                                                {23, 41, 1},
+                                                                {1, 512, 1536},
                                                                 {131, 97, 103},
                                                                 {7, 160, 1001}}));
     const Op op_a = GENERATE(Op::none, Op::transpose);
@@ -84,11 +88,13 @@ TEMPLATE_TEST_CASE("gemm reads and writes strided column blocks in place", "[gem
     using T = TestType;
     // Operands are column blocks of wider matrices (a head of a fused projection): row stride
     // larger than the block's width. The columns around the output block stay untouched.
-    const Index m = 37, k = 24, n = 19, pad = 5;
+    const auto [m, k, n] =
+        GENERATE(table<Index, Index, Index>({{37, 24, 19}, {1, 24, 19}, {37, 24, 1}}));
+    const Index pad = 5;
     const Op op_a = GENERATE(Op::none, Op::transpose);
     const Op op_b = GENERATE(Op::none, Op::transpose);
     const double beta = GENERATE(0.0, 1.0);
-    CAPTURE(op_a == Op::transpose, op_b == Op::transpose, beta);
+    CAPTURE(m, k, n, op_a == Op::transpose, op_b == Op::transpose, beta);
     std::mt19937_64 rng(7);
     const Shape sa = stored(m, k, op_a), sb = stored(k, n, op_b);
     const Tensor<T> wide_a = Tensor<T>::randn(Shape{sa[0], sa[1] + 2 * pad}, rng);
@@ -113,11 +119,12 @@ TEMPLATE_TEST_CASE("gemm with beta 0 never reads C", "[gemm]", float, double) {
     // A buffer the caller has not initialised may hold NaN; beta = 0 must overwrite it, not
     // multiply it (0 * NaN = NaN).
     const Index k = GENERATE(Index{0}, Index{1}, Index{16});
-    CAPTURE(k);
+    const auto [m, n] = GENERATE(table<Index, Index>({{9, 11}, {1, 11}, {9, 1}}));
+    CAPTURE(k, m, n);
     std::mt19937_64 rng(3);
-    const Tensor<T> A = Tensor<T>::randn(Shape{9, k}, rng);
-    const Tensor<T> B = Tensor<T>::randn(Shape{k, 11}, rng);
-    Tensor<T> C(Shape{9, 11});
+    const Tensor<T> A = Tensor<T>::randn(Shape{m, k}, rng);
+    const Tensor<T> B = Tensor<T>::randn(Shape{k, n}, rng);
+    Tensor<T> C(Shape{m, n});
     C.fill(std::numeric_limits<T>::quiet_NaN());
     headwise::ops::gemm<T>(T(1), A.matrix(), Op::none, B.matrix(), Op::none, T(0), C.matrix());
     bool any_nan = false;
