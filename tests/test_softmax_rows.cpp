@@ -167,8 +167,8 @@ TEST_CASE("row_max is NaN when any entry is, the maximum otherwise, every tail l
 
 TEST_CASE("the double kernels follow the same rules to double precision", "[softmax_rows]") {
     const double lowest = std::log(std::numeric_limits<double>::min());
-    std::vector<double> x = {0.0, -1.0, -700.0, lowest - 1.0,
-                             -std::numeric_limits<double>::infinity(), -0.5, -3.25};
+    std::vector<double> x = {
+        0.0, -1.0, -700.0, lowest - 1.0, -std::numeric_limits<double>::infinity(), -0.5, -3.25};
     std::vector<double> y(x.size());
     const double sum = detail::exp_shifted_sum(x.data(), 0.0, y.data(), Index(x.size()));
     double reference_sum = 0.0;
@@ -191,9 +191,10 @@ TEST_CASE("the dispatched kernels run the widest instruction set this CPU has", 
     const SimdLevel level = detail::softmax_rows_level();
     INFO("softmax rows run " << detail::to_string(level));
 #if HEADWISE_X86_DISPATCH
-    CHECK(level == (__builtin_cpu_supports("avx512f")                                     ? SimdLevel::avx512
-                    : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? SimdLevel::avx2
-                                                                                      : SimdLevel::none));
+    CHECK(level == (__builtin_cpu_supports("avx512f") ? SimdLevel::avx512
+                    : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                        ? SimdLevel::avx2
+                        : SimdLevel::none));
 #else
     CHECK(level == SimdLevel::none);
 #endif

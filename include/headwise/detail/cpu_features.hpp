@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Which x86 vector instruction set the running CPU offers, for kernels that pick theirs at run time.
+// Which x86 vector instruction set the running CPU offers, for kernels that pick theirs at run
+// time.
 #pragma once
 
 // Run-time dispatch needs GCC or Clang on x86-64: their target attributes compile one function
@@ -42,8 +43,7 @@ inline SimdLevel cpu_simd_level() noexcept {
     static const SimdLevel level = [] {
         __builtin_cpu_init();  // needed when this runs before the CPU model is initialised
         if (__builtin_cpu_supports("avx512f")) return SimdLevel::avx512;
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            return SimdLevel::avx2;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::avx2;
         return SimdLevel::none;
     }();
     return level;

@@ -5,7 +5,7 @@
 
 #include <Eigen/Core>
 
-#include <cmath>    // std::log, std::isnan
+#include <cmath>        // std::log, std::isnan
 #include <limits>       // std::numeric_limits
 #include <type_traits>  // std::is_same_v
 
@@ -98,8 +98,8 @@ constexpr float kExpHighest = 89.0f;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;
 constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kTaylor[8] = {1.0f,         1.0f,          1.0f / 2,    1.0f / 6,
-                              1.0f / 24,    1.0f / 120,    1.0f / 720,  1.0f / 5040};
+constexpr float kTaylor[8] = {1.0f,      1.0f,       1.0f / 2,   1.0f / 6,
+                              1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
 
 HEADWISE_TARGET_AVX512 inline __m512 exp_avx512(__m512 z) {
     z = _mm512_max_ps(_mm512_set1_ps(kExpLowest), z);
@@ -148,8 +148,7 @@ HEADWISE_TARGET_AVX512 inline float exp_shifted_sum_avx512(const float* x, float
     if (j < n) {
         const auto tail = static_cast<__mmask16>((1u << (n - j)) - 1);
         const __m512 z = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + j), s);
-        const auto keep =
-            static_cast<__mmask16>(tail & _mm512_cmp_ps_mask(z, lowest, _CMP_NLT_UQ));
+        const auto keep = static_cast<__mmask16>(tail & _mm512_cmp_ps_mask(z, lowest, _CMP_NLT_UQ));
         const __m512 e = _mm512_maskz_mov_ps(keep, exp_avx512(z));
         _mm512_mask_storeu_ps(y + j, tail, e);
         sum = _mm512_add_ps(sum, e);
@@ -208,8 +207,8 @@ HEADWISE_TARGET_AVX2 inline float row_max_avx2(const float* x, Index n) {
     }
     if (j < n) {
         const __m256i tail = first_lanes_avx2(n - j);
-        const __m256 v = _mm256_blendv_ps(lowest, _mm256_maskload_ps(x + j, tail),
-                                          _mm256_castsi256_ps(tail));
+        const __m256 v =
+            _mm256_blendv_ps(lowest, _mm256_maskload_ps(x + j, tail), _mm256_castsi256_ps(tail));
         nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         m = _mm256_max_ps(m, v);
     }

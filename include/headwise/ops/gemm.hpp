@@ -132,9 +132,8 @@ bool cblas_vector_product(T alpha, const ConstMatrixRef<T>& A, Op op_a, const Co
     if (m == 1) {
         // c^T [n] = op(B)^T [n, k] a^T [k]: the matrix is B as stored, [k, n] or [n, k].
         const int inc_a = op_a == Op::none ? 1 : leading_dimension(A);  // a: A's row, or column
-        cblas_gemv(trans(op_b == Op::none), static_cast<int>(B.rows()),
-                   static_cast<int>(B.cols()), alpha, B.data(), leading_dimension(B), A.data(),
-                   inc_a, beta, C.data(), 1);
+        cblas_gemv(trans(op_b == Op::none), static_cast<int>(B.rows()), static_cast<int>(B.cols()),
+                   alpha, B.data(), leading_dimension(B), A.data(), inc_a, beta, C.data(), 1);
     } else {
         // c [m] = op(A) [m, k] b [k]: the matrix is A as stored; b is B's column, or row.
         const int inc_b = op_b == Op::none ? leading_dimension(B) : 1;
