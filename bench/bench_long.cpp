@@ -116,6 +116,9 @@ void bm_long(benchmark::State& state, Mode mode, AttentionKernel kernel, bool ca
     if (mode == Mode::training) flop *= 3.0;
     state.counters["FLOP/s"] =
         benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
+    // Which kernel the calls ran (the automatic case's choice): 1 blocked, 0 materialised.
+    state.counters["blocked"] =
+        mha.kernel_for(L, L, /*need_weights=*/false) == AttentionKernel::blocked ? 1.0 : 0.0;
 }
 
 void register_case(Mode mode, AttentionKernel kernel, bool causal, Index B, Index L) {

@@ -10,6 +10,10 @@ Two paths, self-attention (query = key = value), float32, batch_first=True, drop
              (torch._native_multi_head_attention) when it applies; headwise's forward_eval
   training   module.train(), input requiring grad, forward then out.backward(G) (the gradient
              of sum(out * G)); headwise's forward_backward
+and, as a gauge of the machine's speed during this run, the bare fused-projection GEMM
+  gemm       X [B L, E] times W^T, W [3E, E] (torch.nn.functional.linear, no bias): the same
+             OpenBLAS product as bench_mha's roofline/gemm_qkv, so that the two runs' times of
+             it show how much the machine's speed drifted between them (bench/report.py)
 Each time is the median of timed calls after warm-up calls, the cases taking turns in rounds
 (as bench_mha's repetitions are interleaved), on bench_mha's clock: CPU time of the process
 (time.process_time) with one thread, wall time (time.perf_counter) with more. The thread count
@@ -91,7 +95,7 @@ def main(argv=None):
         return 0
     torch.set_num_threads(threads)
 
-    shapes = [(s, "inference") for s in MAIN_SHAPES] + [(s, "training") for s in MAIN_SHAPES]
+    shapes = [(s, m) for m in ("inference", "training", "gemm") for s in MAIN_SHAPES]
     if args.full:
         shapes.append((LONG_SHAPE, "inference"))
     shapes.sort(key=lambda sm: MAIN_SHAPES.index(sm[0]) if sm[0] in MAIN_SHAPES else 99)
@@ -148,6 +152,13 @@ def make_call(torch, shape, mode):
     """A function making one call of torch.nn.MultiheadAttention on `shape` along `mode`."""
     B, L, E, H = shape
     torch.manual_seed(0)
+    if mode == "gemm":
+        x2d, w = torch.randn(B * L, E), torch.randn(3 * E, E)
+
+        def call():
+            with torch.inference_mode():
+                torch.nn.functional.linear(x2d, w)
+        return call
     mha = torch.nn.MultiheadAttention(E, H, batch_first=True)
     x = torch.randn(B, L, E)
     if mode == "inference":
@@ -249,6 +260,8 @@ def print_results(results, hw):
         header += ["headwise ms (fused)"] + ["%s/torch" % p for p in PROJECTIONS]
     rows = []
     for r in results:
+        if r["mode"] == "gemm":
+            continue  # bench/report.py puts these against bench_mha's roofline/gemm_qkv
         op = "forward_eval" if r["mode"] == "inference" else "forward_backward"
         row = ["(%d, %d, %d, %d)" % tuple(r["shape"]), r["mode"], "%.2f" % r["ms"], str(r["runs"]),
                {True: "yes", False: "no", None: "?"}[r["fast_path"]]]

@@ -441,6 +441,18 @@ def summary(run_paths, torch_paths):
         print("  torch, %d thread(s): %s" % (threads, ", ".join(
             "%s %s %.2f ms" % (shape_str(shape), mode[:5], ms)
             for (mode, shape), ms in sorted(torch[threads].items(), key=lambda kv: kv[0][1]))))
+    # The same product in both processes gauges the machine's drift between them.
+    primary = next((r for r in runs if r["threads"] == 1 and r["build"] == "cblas-native"), None)
+    t1 = torch.get(1, {})
+    drift = []
+    for p in MAIN_SHAPES:
+        g, tg = primary and primary["gemm"].get((scalar, p[:3])), t1.get(("gemm", p))
+        if g and tg:
+            drift.append("%s %.2f" % (shape_str(p), g["ms"] / tg))
+    if drift:
+        print("  drift: the bare fused-projection GEMM ([B L, E] x [E, 3E], the same OpenBLAS) in "
+              "headwise's 1-thread run / in torch's: %s. Away from 1, the machine's speed moved "
+              "between the two processes, and the x/torch ratios carry that." % ", ".join(drift))
 
     by_build = {}
     for run in runs:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Builds bench/bench_mha in five configurations and runs them, then torch.nn.MultiheadAttention
-# on the same shapes with 1 and 2 threads (bench/compare_torch.py, skipped without torch), and
-# prints the tables and the targets (bench/report.py). One run gives every figure:
+# Builds bench/bench_mha in five configurations and runs them, with torch.nn.MultiheadAttention on
+# the same shapes (bench/compare_torch.py, skipped without torch) at 1 thread right after the
+# primary run and at 2 threads after the 2-thread runs, and prints the tables and the issue's
+# targets (bench/report.py). One run gives every figure:
 #
 #   build (build/bench/<name>)  GEMM backend  flags                 runs
 #   cblas-native                CBLAS         Release -march=native the default set, 1 thread; the
@@ -46,7 +47,7 @@ while (($# > 0)); do
     case "$1" in
         --full) full=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,36p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,37p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -121,9 +122,40 @@ run() {
         "$@" >/dev/null
 }
 
+python=/usr/bin/python3
+[[ -x "${python}" ]] || python="$(command -v python3 || true)"
+
+# --- torch.nn.MultiheadAttention on the same shapes, in the same run ----------------------------
+# torch_run <threads>: compare_torch.py at that thread count. The 1-thread run follows the primary
+# run directly, so that the headwise/torch ratios span as little of the machine's drift as can be.
+declare -a torch_jsons=()
+torch_run() {
+    local threads="$1" torch_json="${root}/torch-$1.json"
+    [[ -n "${python}" && "${HEADWISE_BENCH_NO_TORCH:-0}" != "1" ]] || return 0
+    rm -f "${torch_json}"
+    local -a torch_args=(--threads "${threads}" --json "${torch_json}")
+    ((threads == 1)) && torch_args+=(--headwise "${primary}")
+    ((full)) && torch_args+=(--full)
+    # compare_torch.py sets the thread variables before importing torch; these make them explicit
+    # for whatever torch loads (OpenMP, OpenBLAS).
+    local -a torch_env=(OMP_NUM_THREADS="${threads}" OPENBLAS_NUM_THREADS="${threads}")
+    ((threads == 2)) && torch_env+=(OMP_WAIT_POLICY=PASSIVE)
+    if env "${torch_env[@]}" "${python}" bench/compare_torch.py "${torch_args[@]}"; then
+        [[ -f "${torch_json}" ]] && torch_jsons+=("${torch_json}")
+    else
+        echo "headwise: the torch comparison (${threads} thread(s)) failed"
+    fi
+}
+if [[ -z "${python}" ]]; then
+    echo "headwise: python3 not found: no torch comparison, no table (the JSON files are complete)"
+elif [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
+    echo "headwise: HEADWISE_BENCH_NO_TORCH=1: no torch comparison"
+fi
+
 run_started=${SECONDS}
 primary="${root}/cblas-native/bench.json"
 run cblas-native "${primary}" 1 1 1 ${extra[@]+"${extra[@]}"}
+torch_run 1
 declare -a secondary=()
 for name in eigen-native cblas-portable eigen-portable; do
     run "${name}" "${root}/${name}/bench.json" 1 1 1 --benchmark_filter="${main_filter}"
@@ -139,37 +171,9 @@ run cblas-native-omp "${root}/cblas-native-omp/bench-2.json" 2 2 1 \
 secondary+=("${root}/cblas-native-omp/bench-2.json")
 run cblas-native "${root}/cblas-native/bench-2.json" 2 1 2 --benchmark_filter="${threads_filter}"
 secondary+=("${root}/cblas-native/bench-2.json")
+torch_run 2
 echo "headwise: benchmarks done in $((SECONDS - run_started)) s"
-
-python=/usr/bin/python3
-[[ -x "${python}" ]] || python="$(command -v python3 || true)"
-if [[ -z "${python}" ]]; then
-    echo "headwise: python3 not found: no table, no torch comparison (the JSON files are complete)"
-    exit 0
-fi
-
-# --- torch.nn.MultiheadAttention on the same shapes, in the same run ----------------------------
-declare -a torch_jsons=()
-if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
-    echo "headwise: HEADWISE_BENCH_NO_TORCH=1: no torch comparison"
-else
-    for threads in 1 2; do
-        torch_json="${root}/torch-${threads}.json"
-        rm -f "${torch_json}"
-        declare -a torch_args=(--threads "${threads}" --json "${torch_json}")
-        ((threads == 1)) && torch_args+=(--headwise "${primary}")
-        ((full)) && torch_args+=(--full)
-        # compare_torch.py sets the thread variables before importing torch; these make them
-        # explicit for whatever torch loads (OpenMP, OpenBLAS).
-        declare -a torch_env=(OMP_NUM_THREADS="${threads}" OPENBLAS_NUM_THREADS="${threads}")
-        ((threads == 2)) && torch_env+=(OMP_WAIT_POLICY=PASSIVE)
-        if env "${torch_env[@]}" "${python}" bench/compare_torch.py "${torch_args[@]}"; then
-            [[ -f "${torch_json}" ]] && torch_jsons+=("${torch_json}")
-        else
-            echo "headwise: the torch comparison (${threads} thread(s)) failed"
-        fi
-    done
-fi
+[[ -n "${python}" ]] || exit 0
 
 # --- The tables, the targets and the plot -------------------------------------------------------
 declare -a report_args=("${primary}" --png "${root}/bench.png" --runs "${primary}" "${secondary[@]}")
