@@ -97,16 +97,17 @@ main_gemms="(B:8/L:128/E:512|B:1/L:512/E:768|B:32/L:64/E:256|B:4/L:1024/E:512)"
 main_filter="^mha/(forward_eval|forward_backward)/fused/float/${main_shapes}(/real_time)?\$"
 main_filter+="|^roofline/gemm_qkv/float/${main_gemms}(/real_time)?\$|^roofline/fma_peak/float"
 
-# run <build> <output json> <threads> <OpenMP threads> <BLAS threads> [Google Benchmark flags]
+# run <build> <program> <output json> <threads> <OpenMP threads> <BLAS threads> [flags]
+# runs one benchmark program of one build (bench_mha, bench_decode) with Google Benchmark's flags.
 # OpenMP threads sleep when idle (OMP_WAIT_POLICY=PASSIVE), as compare_torch.py has torch's do:
 # spinning threads would take a shared machine's cores from the other processes.
 run() {
-    local name="$1" json="$2" threads="$3" omp="$4" blas="$5"
-    shift 5
+    local name="$1" program="$2" json="$3" threads="$4" omp="$5" blas="$6"
+    shift 6
     local policy=ACTIVE
     ((omp > 1)) && policy=PASSIVE
-    local driver="${root}/${name}/bench/bench_mha"
-    echo "headwise: ${name}: ${threads} thread(s) (OMP_NUM_THREADS=${omp}," \
+    local driver="${root}/${name}/bench/${program}"
+    echo "headwise: ${name}/${program}: ${threads} thread(s) (OMP_NUM_THREADS=${omp}," \
         "OPENBLAS_NUM_THREADS=${blas}) -> ${json}"
     # Repetitions are interleaved at random, so a slow spell of a shared machine spreads over all
     # cases instead of skewing the ratio of two neighbours. Debian's libbenchmark reports itself as
@@ -154,11 +155,11 @@ fi
 
 run_started=${SECONDS}
 primary="${root}/cblas-native/bench.json"
-run cblas-native "${primary}" 1 1 1 ${extra[@]+"${extra[@]}"}
+run cblas-native bench_mha "${primary}" 1 1 1 ${extra[@]+"${extra[@]}"}
 torch_run 1
 declare -a secondary=()
 for name in eigen-native cblas-portable eigen-portable; do
-    run "${name}" "${root}/${name}/bench.json" 1 1 1 --benchmark_filter="${main_filter}"
+    run "${name}" bench_mha "${root}/${name}/bench.json" 1 1 1 --benchmark_filter="${main_filter}"
     secondary+=("${root}/${name}/bench.json")
 done
 # Two threads, the two ways with one threading runtime each: OpenMP over (batch, head) slices and
@@ -166,10 +167,11 @@ done
 # nothing around them. Each program runs its main shapes on 1 and on 2 threads (mha_threads/...,
 # wall time, interleaved), so that the speed-up is measured side by side.
 threads_filter="^mha_threads/"
-run cblas-native-omp "${root}/cblas-native-omp/bench-2.json" 2 2 1 \
+run cblas-native-omp bench_mha "${root}/cblas-native-omp/bench-2.json" 2 2 1 \
     --benchmark_filter="${threads_filter}"
 secondary+=("${root}/cblas-native-omp/bench-2.json")
-run cblas-native "${root}/cblas-native/bench-2.json" 2 1 2 --benchmark_filter="${threads_filter}"
+run cblas-native bench_mha "${root}/cblas-native/bench-2.json" 2 1 2 \
+    --benchmark_filter="${threads_filter}"
 secondary+=("${root}/cblas-native/bench-2.json")
 torch_run 2
 echo "headwise: benchmarks done in $((SECONDS - run_started)) s"
@@ -181,20 +183,16 @@ declare -a report_args=("${primary}" --png "${root}/bench.png" --runs "${primary
 "${python}" bench/report.py "${report_args[@]}"
 echo "headwise: bench.sh done in ${SECONDS} s (builds included)"
 
-# --- Decoding with a KV cache ---------------------------------------------------------------------
+# --- Decoding with a KV cache --------------------------------------------------------------------
 decode_json="${root}/cblas-native/bench_decode.json"
-echo "headwise: decoding: ${root}/cblas-native/bench/bench_decode -> ${decode_json}"
-OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${root}/cblas-native/bench/bench_decode" \
-    --benchmark_repetitions=5 --benchmark_min_time=0.1 --benchmark_report_aggregates_only=true \
-    --benchmark_enable_random_interleaving=true --benchmark_out="${decode_json}" \
-    --benchmark_out_format=json --benchmark_context="build_type=Release,build=cblas-native" \
-    >/dev/null
+run cblas-native bench_decode "${decode_json}" 1 1 1
+declare -a decode_args=(--headwise "${decode_json}")
 if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" ]]; then
-    "${python}" bench/torch_decode.py --headwise "${decode_json}" --no-torch
+    decode_args+=(--no-torch)
 else
-    "${python}" bench/torch_decode.py --headwise "${decode_json}" \
-        --json "${root}/cblas-native/bench_decode_torch.json"
+    decode_args+=(--json "${root}/cblas-native/bench_decode_torch.json")
 fi
+"${python}" bench/torch_decode.py "${decode_args[@]}"
 
 # --- Long sequences: the blocked and materialised kernels against torch (own script and files) --
 bash scripts/bench_long.sh $( ((full)) && echo --full)
