@@ -125,9 +125,7 @@ bool cblas_vector_product(T alpha, const ConstMatrixRef<T>& A, Op op_a, const Co
     const Index m = C.rows(), n = C.cols();
     if (m != 1 && n != 1) return false;
     const auto trans = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
-    // With beta = 0, C is only written (it may hold NaN): cleared first, whatever the BLAS does
-    // with y when beta is 0.
-    if (beta == T(0)) C.setZero();
+    // With beta = 0 the BLAS does not read y (as GEMM does not read C), so C may hold NaN.
     const int ldc = leading_dimension(C);
     if (m == 1) {
         // c^T [n] = op(B)^T [n, k] a^T [k]: the matrix is B as stored, [k, n] or [n, k].
