@@ -25,16 +25,21 @@ MultiheadAttentionOptions small_options(AttentionKernel kernel) {
 
 }  // namespace
 
-TEST_CASE("the automatic choice: blocked for long sequences without weights", "[mha][blocked]") {
+TEST_CASE("the automatic choice: blocked beyond 512 * 512 scores without weights",
+          "[mha][blocked]") {
     const MultiheadAttention<float> automatic(small_options(AttentionKernel::automatic));
     CHECK(automatic.kernel_for(128, 128, false) == AttentionKernel::materialised);
-    CHECK(automatic.kernel_for(512, 512, false) == AttentionKernel::blocked);
+    CHECK(automatic.kernel_for(512, 512, false) == AttentionKernel::materialised);
+    CHECK(automatic.kernel_for(512, 513, false) == AttentionKernel::blocked);
+    CHECK(automatic.kernel_for(1024, 1024, false) == AttentionKernel::blocked);
     CHECK(automatic.kernel_for(4096, 4096, false) == AttentionKernel::blocked);
     CHECK(automatic.kernel_for(1, 1 << 20, false) == AttentionKernel::blocked);
     CHECK(automatic.kernel_for(4096, 4096, true) == AttentionKernel::materialised);
     MultiheadAttentionOptions o = small_options(AttentionKernel::automatic);
     o.add_bias_kv = true;  // S' = S + 1 counts
-    CHECK(MultiheadAttention<float>(o).kernel_for(512, 511, false) == AttentionKernel::blocked);
+    CHECK(MultiheadAttention<float>(o).kernel_for(512, 511, false) ==
+          AttentionKernel::materialised);
+    CHECK(MultiheadAttention<float>(o).kernel_for(512, 512, false) == AttentionKernel::blocked);
     for (AttentionKernel forced : {AttentionKernel::blocked, AttentionKernel::materialised}) {
         const MultiheadAttention<float> m(small_options(forced));
         CHECK(m.kernel_for(8, 8, false) == forced);

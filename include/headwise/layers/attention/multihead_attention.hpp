@@ -437,18 +437,20 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
     return mask;
 }
 
-/// Scores per (batch, head) slice from which AttentionKernel::automatic runs the blocked kernel:
-/// below, the materialised [L, Sx] slice (1 MiB in float at the threshold) stays in the L2
-/// cache and the materialised backward, one product fewer than the blocked one, is faster.
-inline constexpr Index kBlockedMinScores = 512 * 512;
+/// Most scores per (batch, head) slice for which AttentionKernel::automatic runs the materialised
+/// kernel; above, the blocked one. Up to here the [L, Sx] slice (1 MiB in float at the limit)
+/// stays in the L2 cache and the materialised kernel is measured faster, in forward and in
+/// training, where its backward does one product fewer (README, "Long sequences"); beyond, the
+/// [B, H, L, Sx] probabilities training would keep grow with the square of the length.
+inline constexpr Index kMaterialisedMaxScores = 512 * 512;
 
 template <class T>
 AttentionKernel MultiheadAttention<T>::kernel_for(Index L, Index S,
                                                   bool need_weights) const noexcept {
     if (options_.attention_kernel != AttentionKernel::automatic) return options_.attention_kernel;
     const Index Sx = S + (options_.add_bias_kv ? 1 : 0) + (options_.add_zero_attn ? 1 : 0);
-    return !need_weights && L * Sx >= kBlockedMinScores ? AttentionKernel::blocked
-                                                        : AttentionKernel::materialised;
+    return !need_weights && L * Sx > kMaterialisedMaxScores ? AttentionKernel::blocked
+                                                            : AttentionKernel::materialised;
 }
 
 template <class T>

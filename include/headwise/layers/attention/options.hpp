@@ -62,9 +62,9 @@ bool mask_absent(const Tensor<U>& mask) {
 /// same outputs, gradients and dropout masks (to rounding); they differ in memory and speed.
 enum class AttentionKernel {
     /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
-    /// are short (L Sx < kBlockedMinScores scores per slice), where the materialised [L, Sx]
-    /// slice stays in cache and its backward does one product less (measured: bench_long at
-    /// (8, 128, 512, 8)).
+    /// are short (L Sx <= kMaterialisedMaxScores = 512 * 512 scores per slice), where the
+    /// materialised [L, Sx] slice stays in cache and its backward does one product less
+    /// (measured: bench_long at (8, 128, 512, 8), bench_mha at (1, 512, 768, 12)).
     automatic,
     /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
     /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
