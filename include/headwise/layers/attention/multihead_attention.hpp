@@ -438,10 +438,10 @@ ops::ScoreMask<T> MultiheadAttention<T>::score_mask(const AttentionMasks<T>& m, 
 }
 
 /// Most scores per (batch, head) slice for which AttentionKernel::automatic runs the materialised
-/// kernel; above, the blocked one. Up to here the [L, Sx] slice (1 MiB in float at the limit)
-/// stays in the L2 cache and the materialised kernel is measured faster, in forward and in
-/// training, where its backward does one product fewer (README, "Long sequences"); beyond, the
-/// [B, H, L, Sx] probabilities training would keep grow with the square of the length.
+/// kernel; above, the blocked one. Up to here an [L, Sx] slice is at most 1 MiB in float and the
+/// materialised kernel is measured faster, in forward and in training, where its backward does
+/// one product fewer (README, "Long sequences"); beyond, the [B, H, L, Sx] probabilities that
+/// training would keep grow with the square of the length.
 inline constexpr Index kMaterialisedMaxScores = 512 * 512;
 
 template <class T>
