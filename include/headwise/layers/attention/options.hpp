@@ -63,8 +63,8 @@ bool mask_absent(const Tensor<U>& mask) {
 enum class AttentionKernel {
     /// `blocked` unless the call asks for the attention weights (need_weights), or the sequences
     /// are short (L Sx <= kMaterialisedMaxScores = 512 * 512 scores per slice), where the
-    /// materialised [L, Sx] slice stays in cache and its backward does one product less
-    /// (measured: bench_long at (8, 128, 512, 8), bench_mha at (1, 512, 768, 12)).
+    /// materialised kernel is measured faster (its backward does one product less): bench_long
+    /// at (8, 128, 512, 8), bench_mha at (1, 512, 768, 12).
     automatic,
     /// ops/blocked_attention.hpp (FlashAttention-2 style): training keeps O and one log-sum-exp
     /// per query row, [B, H, L], and backward recomputes the probabilities tile by tile; no
