@@ -1,14 +1,22 @@
 # SPDX-License-Identifier: MIT
-# headwise_find_cblas_header(<var>): the directory of the cblas.h that goes with the BLAS found.
+# headwise_find_cblas_header(<var> [OPTIONAL]): the directory of the cblas.h that goes with the
+# BLAS found.
 #
 # Call after find_package(BLAS). FindBLAS finds the library only; its C interface, cblas.h, lives
 # in the prefix's include directory or a subdirectory named after the BLAS (openblas, blis, ...).
 # Sets <var> in the caller's scope and checks that a program calling cblas_sgemm and cblas_dgemm
-# through that header links against BLAS_LIBRARIES; fails the configuration with the reason if not.
+# through that header links against BLAS_LIBRARIES; fails the configuration with the reason if not,
+# or, with OPTIONAL (HEADWISE_BLAS=AUTO), sets <var> to the empty string instead.
 # Used by headwise's own CMakeLists.txt and by the installed headwiseConfig.cmake alike.
 include_guard(GLOBAL)
 
 function(headwise_find_cblas_header var)
+  set(_optional OFF)
+  if("${ARGN}" STREQUAL "OPTIONAL")
+    set(_optional ON)
+  elseif(NOT "${ARGN}" STREQUAL "")
+    message(FATAL_ERROR "headwise_find_cblas_header: unexpected arguments '${ARGN}'")
+  endif()
   set(_hints "")
   foreach(_lib IN LISTS BLAS_LIBRARIES)
     if(IS_ABSOLUTE "${_lib}")
@@ -22,7 +30,10 @@ function(headwise_find_cblas_header var)
             PATH_SUFFIXES openblas blis flexiblas cblas
             DOC "Directory holding the cblas.h of the BLAS headwise links (HEADWISE_BLAS)")
   mark_as_advanced(HEADWISE_CBLAS_HEADER_DIR)
-  if(NOT HEADWISE_CBLAS_HEADER_DIR)
+  if(NOT HEADWISE_CBLAS_HEADER_DIR AND _optional)
+    set(${var} "" PARENT_SCOPE)
+    return()
+  elseif(NOT HEADWISE_CBLAS_HEADER_DIR)
     message(FATAL_ERROR
       "headwise: HEADWISE_BLAS is ON and a BLAS was found (${BLAS_LIBRARIES}), but not its C "
       "interface header cblas.h. Install the BLAS's development package (Debian/Ubuntu: "
@@ -48,7 +59,11 @@ int main() {
 }
 ]] HEADWISE_CBLAS_LINKS)
   cmake_pop_check_state()
-  if(NOT HEADWISE_CBLAS_LINKS)
+  if(NOT HEADWISE_CBLAS_LINKS AND _optional)
+    unset(HEADWISE_CBLAS_LINKS CACHE)
+    set(${var} "" PARENT_SCOPE)
+    return()
+  elseif(NOT HEADWISE_CBLAS_LINKS)
     unset(HEADWISE_CBLAS_LINKS CACHE)
     message(FATAL_ERROR
       "headwise: HEADWISE_BLAS is ON, but a program calling cblas_sgemm and cblas_dgemm "
