@@ -5,8 +5,9 @@
 #include <headwise/losses/cross_entropy.hpp>
 #include <headwise/losses/mse.hpp>
 
-#include <cmath>      // std::log
+#include <cmath>      // std::log, std::isnan, std::isinf
 #include <cstdint>    // std::int64_t
+#include <limits>     // std::numeric_limits
 #include <stdexcept>  // std::invalid_argument, std::out_of_range
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -105,11 +106,98 @@ TEST_CASE("cross_entropy stays finite for huge logits and is 0 when every target
     const LossResult<float> r = cross_entropy<float>(logits, targets);
     CHECK(std::isfinite(r.value));
     CHECK_THAT(r.value, WithinRel((1e30 + std::log(3.0)) / 2, 1e-6));
-    for (float v : r.grad) CHECK(std::isfinite(v));
+    // Row 1's loss, log 3, is far below the precision of a sum that holds 1e30, so the value
+    // above says nothing about it: each row is checked alone, the other one ignored, in the same
+    // tensor beside the huge row.
+    CrossEntropyOptions o;
+    o.reduction = Reduction::sum;
+    const Tensor<std::int64_t> row0(Shape{2}, {1, -100}), row1(Shape{2}, {-100, 2});
+    CHECK_THAT(cross_entropy<float>(logits, row0, o).value, WithinRel(1e30, 1e-6));
+    CHECK_THAT(cross_entropy<float>(logits, row1, o).value, WithinRel(std::log(3.0), 1e-6));
+    // The gradient is per row: (p - onehot(t)) / 2, p = [1, 0, 0] for row 0, uniform for row 1.
+    const Tensor<double> grad(Shape{2, 3}, {0.5, -0.5, 0.0, 1.0 / 6, 1.0 / 6, -1.0 / 3});
+    for (Index i = 0; i < grad.numel(); ++i) {
+        CAPTURE(i);
+        CHECK_THAT(r.grad.data()[i], WithinAbs(grad.data()[i], 1e-7));
+    }
     const Tensor<std::int64_t> ignored(Shape{2}, {-100, -100});
     const LossResult<float> none = cross_entropy<float>(logits, ignored);
     CHECK(none.value == 0.0);
     for (float v : none.grad) CHECK(v == 0.0f);
+}
+
+TEMPLATE_TEST_CASE("cross_entropy with -inf logits gives torch's values", "[losses]", float,
+                   double) {
+    using T = TestType;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+    struct Case {
+        const char* what;
+        std::vector<double> logits;  // [N, 3]
+        std::vector<std::int64_t> targets;
+        double label_smoothing;
+        Reduction reduction;
+        double loss;
+        std::vector<double> grad;  // [N, 3]
+    };
+    // Expected values from torch 1.13 in float64: with X = torch.tensor(logits,
+    // dtype=torch.float64, requires_grad=True),
+    //   l = torch.nn.functional.cross_entropy(X, torch.tensor(targets),
+    //                                          label_smoothing=ε, reduction=...)
+    //   l.backward()
+    // `loss` is l.item() and `grad` is X.grad. A -inf logit has probability 0, so its gradient is
+    // 0 - (smoothed) target: finite even where the loss is +inf.
+    const double ninf = -inf;
+    // One case per line, as a table.
+    // clang-format off
+    const std::vector<Case> cases{
+        {"-inf of another class: finite", {0, ninf, 1}, {0}, 0.0, Reduction::mean,
+         1.3132616875182228, {-0.7310585786300049, 0.0, 0.7310585786300049}},
+        {"-inf of the target: +inf", {0, ninf, 1}, {1}, 0.0, Reduction::mean, inf,
+         {0.2689414213699951, -1.0, 0.7310585786300049}},
+        {"two -inf, target certain: 0", {ninf, ninf, 1}, {2}, 0.0, Reduction::mean, 0.0,
+         {0.0, 0.0, 0.0}},
+        {"two rows, sum", {0, ninf, 1, 1, 2, 3}, {0, 0}, 0.0, Reduction::sum, 3.720867651962603,
+         {-0.7310585786300049, 0.0, 0.7310585786300049,
+          -0.9099694268296196, 0.24472847105479764, 0.6652409557748218}},
+        {"two rows, mean", {0, ninf, 1, 1, 2, 3}, {0, 0}, 0.0, Reduction::mean, 1.8604338259813016,
+         {-0.36552928931500245, 0.0, 0.36552928931500245,
+          -0.4549847134148098, 0.12236423552739882, 0.3326204778874109}},
+        // With ε > 0 every class has target weight ε / C, and -log p of a -inf logit is +inf.
+        {"smoothing, -inf of another class: +inf", {0, ninf, 1}, {0}, 0.1, Reduction::mean, inf,
+         {-0.6643919119633382, -0.03333333333333333, 0.6977252452966716}},
+        {"smoothing, two -inf", {ninf, ninf, 1}, {2}, 0.1, Reduction::sum, inf,
+         {-0.03333333333333333, -0.03333333333333333, 0.06666666666666665}},
+        // torch gives NaN here ((1 - ε) nll = 0 * inf); headwise leaves the zero-weight term out
+        // and gives +inf, the value at every ε < 1. The gradient is torch's.
+        {"ε = 1, -inf of the target: +inf", {0, ninf, 1}, {1}, 1.0, Reduction::mean, inf,
+         {-0.06439191196333821, -0.3333333333333333, 0.3977252452966716}},
+        // No finite logit, or a +inf one: nothing to normalise against, NaN as in torch.
+        {"every logit -inf: NaN", {ninf, ninf, ninf}, {0}, 0.0, Reduction::mean, nan,
+         {nan, nan, nan}},
+        {"a +inf logit: NaN", {0, inf, 1}, {0}, 0.0, Reduction::mean, nan, {nan, nan, nan}},
+    };
+    // clang-format on
+    for (const Case& c : cases) {
+        CAPTURE(c.what);
+        const Index N = static_cast<Index>(c.targets.size());
+        std::vector<T> logits(c.logits.begin(), c.logits.end());
+        CrossEntropyOptions o;
+        o.label_smoothing = c.label_smoothing;
+        o.reduction = c.reduction;
+        const LossResult<T> r = cross_entropy<T>(Tensor<T>(Shape{N, 3}, logits),
+                                                 Tensor<std::int64_t>(Shape{N}, c.targets), o);
+        if (std::isnan(c.loss)) {
+            CHECK(std::isnan(r.value));
+            for (T v : r.grad) CHECK(std::isnan(v));
+            continue;
+        }
+        if (std::isinf(c.loss))
+            CHECK(r.value == c.loss);
+        else
+            CHECK_THAT(r.value, WithinRel(c.loss, golden_tol<T>()));
+        HEADWISE_CHECK_CLOSE(r.grad, Tensor<double>(Shape{N, 3}, c.grad), golden_tol<T>());
+    }
 }
 
 TEST_CASE("loss errors name the function, the argument and the value", "[losses][errors]") {

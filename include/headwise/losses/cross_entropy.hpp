@@ -32,7 +32,13 @@ struct CrossEntropyOptions {
 /// and d value / d logits [N, C] = scale (p - (1 - ε) onehot(t) - ε / C) on counted rows and 0 on
 /// ignored ones (scale 1, or 1 / count for the mean). log p is formed as x - max - log Σ exp(x -
 /// max), so large logits neither overflow nor lose the small probabilities.
-/// Unlike torch (0 / 0 = NaN), a mean over no counted row is 0 with a zero gradient.
+/// A -inf logit is a class of probability 0: its gradient entry is 0 - target weight, and it
+/// makes the loss +inf only where it carries weight (its own row's target, or any class once
+/// ε > 0). So logits [0, -inf, 1] with target 0 give torch's finite 1.3133, with target 1 +inf.
+/// A row with no finite logit, or with a +inf one, gives NaN, as in torch.
+/// Unlike torch, which gives NaN (0 * inf) for ε = 1 and a -inf target logit, the loss there is
+/// +inf, its value at every ε < 1; and a mean over no counted row (0 / 0 = NaN in torch) is 0
+/// with a zero gradient.
 /// Throws shape_error for mismatched shapes, std::invalid_argument for label_smoothing outside
 /// [0, 1], std::out_of_range naming the row of a target outside [0, C) that is not ignore_index.
 template <class T>
@@ -87,7 +93,10 @@ LossResult<T> cross_entropy(TensorView<const T> logits, TensorView<const std::in
         double sum_neg_logp = 0.0;
         for (Index c = 0; c < C; ++c) sum_neg_logp += log_z - static_cast<double>(x[c]);
         const double nll = log_z - static_cast<double>(x[t]);
-        total += (1.0 - eps) * nll + eps * sum_neg_logp * inv_C;
+        // A term of weight 0 is left out, not multiplied by 0: -log p of a -inf logit is +inf,
+        // and 0 * inf would turn a finite loss into NaN.
+        if (eps < 1.0) total += (1.0 - eps) * nll;
+        if (eps > 0.0) total += eps * sum_neg_logp * inv_C;
         for (Index c = 0; c < C; ++c) {
             const double p = std::exp(static_cast<double>(x[c]) - log_z);
             const double target = (c == t ? 1.0 - eps : 0.0) + eps * inv_C;
