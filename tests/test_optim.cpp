@@ -7,7 +7,7 @@
 #include <headwise/optim/sgd.hpp>
 
 #include <algorithm>  // std::copy_n
-#include <cmath>      // std::isinf
+#include <cmath>      // std::isinf, std::isnan
 #include <limits>     // std::numeric_limits
 #include <memory>     // std::unique_ptr
 #include <stdexcept>  // std::invalid_argument
@@ -145,6 +145,42 @@ TEMPLATE_TEST_CASE("clip_grad_norm matches torch.nn.utils.clip_grad_norm_", "[op
     CHECK_THAT(total, WithinRel(c.at("total_norm").data()[0], golden_tol<T>()));
     for (int i = 0; i < 2; ++i)
         HEADWISE_CHECK_CLOSE(grad[i], c.at("clipped." + std::to_string(i)), golden_tol<T>());
+}
+
+TEMPLATE_TEST_CASE("clip_grad_norm with a NaN or infinite gradient does as torch", "[optim]", float,
+                   double) {
+    // torch 1.13: a.grad = [1, 2], b.grad = [3, bad, 0.5];
+    //   total = torch.nn.utils.clip_grad_norm_([a, b], max_norm=1.0, norm_type=norm_type)
+    // bad = NaN: total is NaN and every gradient becomes NaN (the coefficient
+    //   clamp(1 / (NaN + 1e-6), max=1) is NaN), for norm_type 1, 2 and inf alike.
+    // bad = +-inf: total is +inf, the coefficient 1 / inf = 0: every gradient 0 except the
+    //   infinite one, which becomes NaN (inf * 0).
+    using T = TestType;
+    using limits = std::numeric_limits<double>;
+    const double inf = limits::infinity();
+    const double norm_type = GENERATE(1.0, 2.0, limits::infinity());
+    const double bad = GENERATE(limits::quiet_NaN(), limits::infinity(), -limits::infinity());
+    CAPTURE(norm_type, bad);
+    Tensor<T> value[2]{Tensor<T>(Shape{2}), Tensor<T>(Shape{3})};
+    Tensor<T> grad[2]{Tensor<T>(Shape{2}, {1, 2}),
+                      Tensor<T>(Shape{3}, {3, static_cast<T>(bad), T(0.5)})};
+    const std::vector<Parameter<T>> ps{{"a", value[0], grad[0]}, {"b", value[1], grad[1]}};
+    const double total = clip_grad_norm(ps, 1.0, norm_type);
+    if (std::isnan(bad)) {
+        CHECK(std::isnan(total));
+        for (const Tensor<T>& g : grad)
+            for (T v : g) CHECK(std::isnan(v));
+    } else {
+        CHECK(total == inf);
+        for (int i = 0; i < 2; ++i)
+            for (Index j = 0; j < grad[i].numel(); ++j) {
+                CAPTURE(i, j);
+                if (i == 1 && j == 1)
+                    CHECK(std::isnan(grad[i].data()[j]));
+                else
+                    CHECK(grad[i].data()[j] == T(0));
+            }
+    }
 }
 
 TEST_CASE("optimisers step a module's parameters in place through parameters()", "[optim]") {
