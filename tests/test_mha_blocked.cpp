@@ -116,3 +116,38 @@ TEST_CASE("per-head weights on the blocked kernel equal the materialised ones", 
     HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<float>::rel);
     for (Index j = 0; j < 11; ++j) CHECK(fb.attn_weights(1, 0, 4, j) == 0.0f);
 }
+
+TEST_CASE("blocked equals materialised at input magnitude 1e30, causal", "[mha][blocked]") {
+    // Scores ~1e60 apart: every row's softmax is exactly one-hot, so the gradient through the
+    // softmax is exactly zero (the materialised kernel's Σ_k P_ik dP_ik is dP_ij itself). The
+    // blocked kernel must not leave a rounding difference of two ~1e30 dot products there: times
+    // |K| ~ 1e30 it used to reach dQ as ~1e44 and dWq as ~1e74.
+    const Index B = 1, L = 6, E = 8;
+    const double dropout = GENERATE(0.0, 0.3);
+    CAPTURE(dropout);
+    std::mt19937_64 rng(20);
+    auto x = Tensor<double>::randn(Shape{B, L, E}, rng);
+    for (double& v : x) v *= 1e30;
+    const auto dy = Tensor<double>::randn(Shape{B, L, E}, rng);
+    AttentionMasks<double> masks;
+    masks.is_causal = true;
+    MultiheadAttentionOptions o = small_options(AttentionKernel::materialised);
+    o.embed_dim = E;
+    o.dropout = dropout;
+    MultiheadAttention<double> materialised(o, 5);
+    o.attention_kernel = AttentionKernel::blocked;
+    MultiheadAttention<double> blocked(o, 5);
+    const auto fm = materialised.forward(x, x, x, masks);
+    const auto fb = blocked.forward(x, x, x, masks);
+    HEADWISE_CHECK_CLOSE(fb.output, fm.output, Tol<double>::rel);
+    const auto gm = materialised.backward(fm, dy);
+    const auto gb = blocked.backward(fb, dy);
+    HEADWISE_CHECK_CLOSE(gb.query, gm.query, Tol<double>::rel);
+    HEADWISE_CHECK_CLOSE(gb.key, gm.key, Tol<double>::rel);
+    HEADWISE_CHECK_CLOSE(gb.value, gm.value, Tol<double>::rel);
+    const auto grads_m = materialised.grad_dict();
+    for (const auto& [name, grad] : blocked.grad_dict()) {
+        CAPTURE(name);
+        HEADWISE_CHECK_CLOSE(grad, grads_m.at(name), Tol<double>::rel);
+    }
+}

@@ -152,6 +152,33 @@ void exp_rows_from_lse(MatrixMap<T>& P, const T* LSE) {
     }
 }
 
+/// The column of the row's entry equal to 1 (the row's whole probability on one key), or -1.
+template <class T>
+Index whole_probability_key(const T* P, Index c) {
+    for (Index j = 0; j < c; ++j)
+        if (P[j] == T(1)) return j;
+    return -1;
+}
+
+/// True when o == a v, entry by entry, with the product rounded as forward's P V rounds it.
+template <class RowO, class RowV, class T>
+bool row_is_scaled(const RowO& o, const RowV& v, T a) {
+    for (Index d = 0; d < o.size(); ++d)
+        if (!(o(d) == a * v(d))) return false;
+    return true;
+}
+
+/// What dropout multiplies a probability of 1 at entry (i, j) of `stream` by: 1 without
+/// dropout, else 0 or 1 / (1 - p), exactly as dropout_apply does.
+template <class T>
+T dropout_factor(const ops::Dropout& dropout, std::uint64_t stream, Index i, Index j) {
+    if (!dropout.active()) return T(1);
+    Eigen::Matrix<T, 1, 1, Eigen::RowMajor> a;
+    a(0, 0) = T(1);
+    ops::dropout_apply(dropout, stream, i, j, a, a);
+    return a(0, 0);
+}
+
 /// True when every entry of X is finite: the sum of X * 0 is 0, or NaN if any entry is NaN or an
 /// infinity (one vectorised pass, where Eigen's allFinite() compares entry by entry).
 template <class Matrix>
@@ -405,8 +432,24 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             gemm<T>(T(1), dOi, Op::none, Vj, Op::transpose, T(0), Dij);
             if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
             // line 13: dS_ij = P_ij ⊙ (dP_ij - Delta_i). Hidden entries have P = 0: no gradient.
-            for (Index k = 0; k < r; ++k)
+            // A row whose whole probability went to one key j (P_ij = 1, every other entry below
+            // the rounding of 1) and whose output is that key's value alone (O_i = A_ij V_j)
+            // has Delta_i = dO_i . O_i = A_ij (dO_i . V_j) = dP_ij: the same dot product as
+            // dP_ij, summed in another order. At large |V| the two roundings differ by far more
+            // than the true dS_ij (0), and dQ, dK multiply that by |K| and |Q|; so there
+            // dP_ij - Delta_i is taken as dP_ij - dP_ij: exactly 0 (NaN for a NaN dP_ij), as the
+            // materialised kernel's Σ_k P_ik dP_ik, which is dP_ij itself, gives it.
+            for (Index k = 0; k < r; ++k) {
+                T* dS = Dij.data() + k * c;  // dP_ij's row k, then dS_ij's
+                const Index j = detail::whole_probability_key(Pij.data() + k * c, c);
+                const bool one_key =
+                    j >= 0 && detail::row_is_scaled(O.row(i0 + k), Vj.row(j),
+                                                    detail::dropout_factor<T>(
+                                                        dropout, dropout_stream, i0 + k, j0 + j));
+                const T dP_one = one_key ? dS[j] : T(0);
                 Dij.row(k) = (Pij.row(k).array() * (Dij.row(k).array() - delta[i0 + k])).matrix();
+                if (one_key) dS[j] = dP_one - dP_one;
+            }
             // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
             gemm<T>(scale, Dij, Op::none, Kj, Op::none, T(1), dQ.middleRows(i0, r));
             gemm<T>(scale, Dij, Op::transpose, Qi, Op::none, T(1), dKj);
