@@ -8,7 +8,9 @@
 #include <headwise/layers/layer_norm.hpp>
 #include <headwise/layers/relu.hpp>
 
+#include <cmath>      // std::isnan, std::isfinite
 #include <cstdint>    // std::int64_t
+#include <limits>     // std::numeric_limits
 #include <stdexcept>  // std::invalid_argument, std::out_of_range
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -224,6 +226,36 @@ TEST_CASE("Dropout is the identity in eval mode and with p = 0, zero with p = 1"
     CHECK_THROWS_MATCHES(Dropout<float>(1.5), std::invalid_argument,
                          Message("headwise::Dropout::Dropout: p: must be in [0, 1], got 1.500000"));
     CHECK_THROWS_AS(drop.backward(f, Tensor<float>(Shape{5, 4})), shape_error);
+}
+
+TEMPLATE_TEST_CASE("Dropout keeps NaN and inf as its kernel does, forward and backward",
+                   "[layers][dropout]", float, double) {
+    // ops::dropout_apply multiplies every entry by 0 (dropped) or 1 / (1 - p) (kept), so a
+    // dropped NaN or inf becomes NaN (as in torch), never 0; p = 1 drops every entry.
+    using T = TestType;
+    using limits = std::numeric_limits<T>;
+    const double p = GENERATE(1.0, 0.5);
+    CAPTURE(p);
+    const T specials[] = {limits::quiet_NaN(), limits::infinity(), -limits::infinity(), T(1.5)};
+    Tensor<T> x(Shape{8, 5});  // [8, 5]
+    for (Index i = 0; i < x.numel(); ++i) x.data()[i] = specials[i % 4];
+    const Dropout<T> drop(p, 9);
+    // The mask, read off a copy of the module (same stream) applied to ones: 0 or 1 / (1 - p).
+    Dropout<T> probe = drop;
+    const Tensor<T> mask = probe.forward(Tensor<T>::ones(x.shape())).output;  // [8, 5]
+    const auto same = [](T a, T b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+    Dropout<T> d = drop;
+    const DropoutForward<T> f = d.forward(x);
+    const Tensor<T> dx = d.backward(f, x);  // the specials as the upstream gradient too
+    Index dropped_special = 0;
+    for (Index i = 0; i < x.numel(); ++i) {
+        CAPTURE(i, x.data()[i], mask.data()[i]);
+        const T expected = x.data()[i] * mask.data()[i];
+        CHECK(same(f.output.data()[i], expected));
+        CHECK(same(dx.data()[i], expected));
+        if (mask.data()[i] == T(0) && !std::isfinite(x.data()[i])) ++dropped_special;
+    }
+    CHECK(dropped_special > 0);  // the case the rule is about was reached
 }
 
 TEST_CASE("Dropout passes gradcheck with its mask fixed by the stream", "[layers][gradcheck]") {

@@ -23,10 +23,11 @@ struct DropoutForward {
     bool applied = false;      // false in eval mode or with p == 0: output is the input
 };
 
-/// Inverted dropout: in training mode every element is zeroed with probability p and the others
-/// scaled by 1 / (1 - p); in eval mode (or p == 0) the identity. The mask of the k-th training
-/// forward is a pure function of (seed, k), so copies of a module draw the same masks and there
-/// is no global generator. Any shape; no parameters.
+/// Inverted dropout: in training mode every element is multiplied by 0 with probability p and
+/// the others by 1 / (1 - p), so a dropped NaN or inf becomes NaN (ops::dropout_apply's rule, as
+/// in torch), p == 1 included, forward and backward; in eval mode (or p == 0) the identity. The
+/// mask of the k-th training forward is a pure function of (seed, k), so copies of a module draw
+/// the same masks and there is no global generator. Any shape; no parameters.
 template <class T>
 class Dropout : public Module<Dropout<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -67,10 +68,9 @@ Dropout<T>::Dropout(double p, std::uint64_t seed) : p_(p), seed_(seed) {
 template <class T>
 void Dropout<T>::apply(std::uint64_t stream, TensorView<const T> x, TensorView<T> y) const {
     if (x.numel() == 0) return;
-    if (p_ >= 1.0) {  // everything dropped: no 1 / (1 - p) to form
-        y.matrix().setZero();
-        return;
-    }
+    // p = 1 goes through the kernel too: its threshold 2^32 exceeds every 32-bit draw, so every
+    // entry is multiplied by 0 (the infinite 1 / (1 - p) is never used) and a NaN or inf entry
+    // becomes NaN by the kernel's rule, not 0.
     const Shape row{1, x.numel()};
     ops::dropout_apply(ops::Dropout{p_, seed_}, stream, x.reshape(row).matrix(),
                        y.reshape(row).matrix());
