@@ -4,14 +4,25 @@
 #include <headwise/tensor_ops/factories.hpp>
 
 #include <cmath>        // std::sqrt, std::abs
+#include <cstddef>      // std::size_t
 #include <cstdint>      // std::uintptr_t
 #include <random>       // std::mt19937_64
 #include <sstream>      // std::ostringstream
 #include <stdexcept>    // std::out_of_range, std::length_error
+#include <string>       // std::string
 #include <tuple>        // std::tuple
 #include <type_traits>  // std::is_same_v
-#include <utility>      // std::move
+#include <utility>      // std::move, std::pair
 #include <vector>       // std::vector
+
+#if !defined(NDEBUG) && defined(__unix__)
+#include <sys/resource.h>  // setrlimit
+#include <sys/types.h>     // pid_t
+#include <sys/wait.h>      // waitpid
+#include <unistd.h>        // fork, pipe, dup2, read, _exit
+
+#include <csignal>  // std::signal, SIGABRT, SIG_DFL
+#endif
 
 #include "support/catch.hpp"
 
@@ -205,6 +216,126 @@ TEMPLATE_TEST_CASE("slice and narrow select along the leading axis", "[tensor]",
                         "headwise::TensorView::narrow: range [3, 5) out of range "
                         "for shape [4, 2, 3]");
 }
+
+TEMPLATE_TEST_CASE("at() is operator() with every index checked", "[tensor][at]", float, double) {
+    Tensor<TestType> t(Shape{2, 3, 4}, iota_values<TestType>(24));
+    const Tensor<TestType>& ct = t;
+    const TensorView<TestType> v = t;
+    const TensorView<const TestType> cv = t;
+    for (Index i = 0; i < 2; ++i)
+        for (Index j = 0; j < 3; ++j)
+            for (Index k = 0; k < 4; ++k) {
+                CAPTURE(i, j, k);
+                CHECK(&t.at(i, j, k) == &t(i, j, k));
+                CHECK(&ct.at(i, j, k) == &ct(i, j, k));
+                CHECK(&v.at(i, j, k) == &v(i, j, k));
+                CHECK(&cv.at(i, j, k) == &cv(i, j, k));
+            }
+    t.at(1, 2, 3) = TestType(-1);
+    v.at(0, 0, 1) = TestType(-2);
+    CHECK(t.data()[23] == TestType(-1));
+    CHECK(ct.at(0, 0, 1) == TestType(-2));
+    // Any integral index type; rank 0 takes no index.
+    CHECK(t.at(std::size_t{1}, 0u, short{2}) == TestType(14));
+    CHECK(headwise::view(t.data(), Shape{24}).slice(7).at() == TestType(7));
+}
+
+TEMPLATE_TEST_CASE("at() out of range throws std::out_of_range naming the index and the shape",
+                   "[tensor][at][errors]", float, double) {
+    Tensor<TestType> t(Shape{2, 3, 4});
+    const Tensor<TestType>& ct = t;
+    const TensorView<TestType> v = t;
+    const TensorView<const TestType> cv = t;
+    const std::string shape = " is out of range for shape [2, 3, 4]";
+
+    // Past the end of each dimension, and negative.
+    REQUIRE_THROWS_AS(t.at(2, 0, 0), std::out_of_range);
+    REQUIRE_THROWS_WITH(t.at(2, 0, 0), "headwise::Tensor::at: index 2 of dimension 0" + shape);
+    REQUIRE_THROWS_WITH(t.at(0, 3, 0), "headwise::Tensor::at: index 3 of dimension 1" + shape);
+    REQUIRE_THROWS_WITH(t.at(1, 2, 4), "headwise::Tensor::at: index 4 of dimension 2" + shape);
+    REQUIRE_THROWS_WITH(t.at(-1, 0, 0), "headwise::Tensor::at: index -1 of dimension 0" + shape);
+    REQUIRE_THROWS_WITH(t.at(0, 0, -5), "headwise::Tensor::at: index -5 of dimension 2" + shape);
+    REQUIRE_THROWS_WITH(t.at(1, 100, 100),  // the first index out of range is named
+                        "headwise::Tensor::at: index 100 of dimension 1" + shape);
+    REQUIRE_THROWS_WITH(ct.at(0, 5, 0), "headwise::Tensor::at: index 5 of dimension 1" + shape);
+    REQUIRE_THROWS_AS(v.at(0, 0, 4), std::out_of_range);
+    REQUIRE_THROWS_WITH(v.at(0, 0, 4), "headwise::TensorView::at: index 4 of dimension 2" + shape);
+    REQUIRE_THROWS_WITH(cv.at(2, 0, 0), "headwise::TensorView::at: index 2 of dimension 0" + shape);
+
+    // A wrong number of indices, too few or too many.
+    REQUIRE_THROWS_AS(t.at(0, 0), std::out_of_range);
+    REQUIRE_THROWS_WITH(t.at(0, 0),
+                        "headwise::Tensor::at: 2 indices for a tensor of rank 3 (shape [2, 3, 4])");
+    REQUIRE_THROWS_WITH(ct.at(0),
+                        "headwise::Tensor::at: 1 index for a tensor of rank 3 (shape [2, 3, 4])");
+    REQUIRE_THROWS_WITH(
+        cv.at(0, 0, 0, 0),
+        "headwise::TensorView::at: 4 indices for a tensor of rank 3 (shape [2, 3, 4])");
+    REQUIRE_THROWS_WITH(v.at(),
+                        "headwise::TensorView::at: 0 indices for a tensor of rank 3 "
+                        "(shape [2, 3, 4])");
+
+    // An empty extent has no valid index.
+    const Tensor<TestType> empty(Shape{2, 0});
+    REQUIRE_THROWS_WITH(empty.at(0, 0),
+                        "headwise::Tensor::at: index 0 of dimension 1 is out of range for shape "
+                        "[2, 0]");
+}
+
+#if !defined(NDEBUG) && defined(__unix__)
+namespace {
+/// Runs `f` in a child process and returns whether it ended by SIGABRT and what it wrote to
+/// standard output and error: a debug assertion cannot be caught in the test's own process.
+template <class F>
+std::pair<bool, std::string> run_in_child(F f) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        // The abort is expected: no core file, and not Catch's signal handler (inherited from
+        // the test process), which would report a failure from the child.
+        const rlimit no_core{0, 0};
+        ::setrlimit(RLIMIT_CORE, &no_core);
+        std::signal(SIGABRT, SIG_DFL);
+        ::close(fds[0]);
+        ::dup2(fds[1], 1);
+        ::dup2(fds[1], 2);
+        f();
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string err;
+    char buffer[512];
+    for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;)
+        err.append(buffer, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return {WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, err};
+}
+}  // namespace
+
+TEST_CASE("operator() out of range stops a debug build naming the index and the shape",
+          "[tensor][at]") {
+    Tensor<float> t(Shape{2, 3});
+    const auto [aborted, err] = run_in_child([&] {
+        volatile float x = t(1, 3);
+        static_cast<void>(x);
+    });
+    CHECK(aborted);
+    CHECK_THAT(err, ContainsSubstring("headwise::Tensor::operator(): index 3 of dimension 1 is "
+                                      "out of range for shape [2, 3]"));
+    const TensorView<const float> v = t;
+    const auto [aborted2, err2] = run_in_child([&] {
+        volatile float x = v(0);
+        static_cast<void>(x);
+    });
+    CHECK(aborted2);
+    CHECK_THAT(err2, ContainsSubstring("headwise::TensorView::operator(): 1 index for a tensor "
+                                       "of rank 2 (shape [2, 3])"));
+}
+#endif
 
 TEMPLATE_TEST_CASE("matrix() and column_block() map the memory and write through", "[tensor]",
                    float, double) {

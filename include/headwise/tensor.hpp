@@ -11,8 +11,8 @@
 #include <memory>       // std::unique_ptr
 #include <new>          // ::operator new, std::align_val_t
 #include <ostream>      // std::ostream
-#include <stdexcept>    // std::length_error
-#include <string>       // std::to_string
+#include <stdexcept>    // std::length_error, std::out_of_range
+#include <string>       // std::string, std::to_string
 #include <type_traits>  // std::remove_const_t, std::enable_if_t
 #include <utility>      // std::move
 #include <vector>       // std::vector
@@ -58,16 +58,59 @@ namespace detail {
 template <class... I>
 inline constexpr bool all_integral_v = (std::is_integral_v<I> && ...);
 
-/// Row-major offset of a multi-index, checked against the shape in debug builds.
+/// Whether `count` indices address an element of `shape`: one index per axis, each in
+/// [0, extent).
+inline bool index_in_range(const Shape& shape, const Index* index, int count) noexcept {
+    if (count != shape.rank()) return false;
+    for (int a = 0; a < count; ++a)
+        if (index[a] < 0 || index[a] >= shape[a]) return false;
+    return true;
+}
+
+/// What is wrong with a multi-index that index_in_range rejects, for `function`'s message: the
+/// count of indices against the rank, or the first index out of range, with the shape.
+inline std::string index_error(const char* function, const Shape& shape, const Index* index,
+                               int count) {
+    const std::string head = std::string(function) + ": ";
+    if (count != shape.rank())
+        return head + std::to_string(count) + (count == 1 ? " index" : " indices") +
+               " for a tensor of rank " + std::to_string(shape.rank()) + " (shape " + shape.str() +
+               ")";
+    for (int a = 0; a < count; ++a)
+        if (index[a] < 0 || index[a] >= shape[a])
+            return head + "index " + std::to_string(index[a]) + " of dimension " +
+                   std::to_string(a) + " is out of range for shape " + shape.str();
+    return head + "index in range";  // not reached for a rejected index
+}
+
+/// Row-major offset of a multi-index. Unchecked under NDEBUG, as std::vector::operator[]; in
+/// debug builds an index out of range stops the program with a message naming the index and
+/// the shape.
 template <class... I>
-Index offset_of(const Shape& shape, I... idx) {
-    HEADWISE_ASSERT(static_cast<int>(sizeof...(I)) == shape.rank());
+Index offset_of(const char* function, const Shape& shape, I... idx) {
+    constexpr int count = static_cast<int>(sizeof...(I));
     const Index index[sizeof...(I) + 1] = {static_cast<Index>(idx)..., 0};  // +1: rank 0 too
+#ifndef NDEBUG
+    if (!index_in_range(shape, index, count))
+        assert_fail(index_error(function, shape, index, count).c_str(), __FILE__, __LINE__);
+#else
+    static_cast<void>(function);
+#endif
     Index off = 0;
-    for (int a = 0; a < static_cast<int>(sizeof...(I)); ++a) {
-        HEADWISE_ASSERT(index[a] >= 0 && index[a] < shape[a]);
-        off = off * shape[a] + index[a];
-    }
+    for (int a = 0; a < count; ++a) off = off * shape[a] + index[a];
+    return off;
+}
+
+/// Row-major offset of a multi-index, checked in every build: throws std::out_of_range naming
+/// the index and the shape (or the count of indices and the rank).
+template <class... I>
+Index checked_offset_of(const char* function, const Shape& shape, I... idx) {
+    constexpr int count = static_cast<int>(sizeof...(I));
+    const Index index[sizeof...(I) + 1] = {static_cast<Index>(idx)..., 0};  // +1: rank 0 too
+    if (!index_in_range(shape, index, count))
+        throw std::out_of_range(index_error(function, shape, index, count));
+    Index off = 0;
+    for (int a = 0; a < count; ++a) off = off * shape[a] + index[a];
     return off;
 }
 
@@ -146,10 +189,19 @@ public:
     T* begin() const noexcept { return data_; }
     T* end() const noexcept { return data_ + numel(); }
 
-    /// Element access; the index count and bounds are checked in debug builds.
+    /// Unchecked element access, one index per axis, for inner loops: an index out of range is
+    /// undefined behaviour under NDEBUG (as std::vector::operator[]); debug builds stop with a
+    /// message naming the index and the shape. at() is the checked form.
     template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
     T& operator()(I... idx) const {
-        return data_[detail::offset_of(shape_, idx...)];
+        return data_[detail::offset_of("headwise::TensorView::operator()", shape_, idx...)];
+    }
+    /// Checked element access, in every build (as std::vector::at): throws std::out_of_range
+    /// naming the index and the shape ("headwise::TensorView::at: index 5 of dimension 1 is out
+    /// of range for shape [2, 3]"), or the count of indices and the rank when they differ.
+    template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
+    T& at(I... idx) const {
+        return data_[detail::checked_offset_of("headwise::TensorView::at", shape_, idx...)];
     }
     T& operator[](Index flat) const {
         HEADWISE_ASSERT(flat >= 0 && flat < numel());
@@ -316,13 +368,31 @@ public:
     const T* begin() const noexcept { return data(); }
     const T* end() const noexcept { return data() + numel(); }
 
+    /// Unchecked element access, one index per axis, for inner loops: an index out of range is
+    /// undefined behaviour under NDEBUG (as std::vector::operator[]); debug builds stop with a
+    /// message naming the index and the shape. at() is the checked form.
     template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
     T& operator()(I... idx) {
-        return data_[static_cast<std::size_t>(detail::offset_of(shape_, idx...))];
+        return data_[static_cast<std::size_t>(
+            detail::offset_of("headwise::Tensor::operator()", shape_, idx...))];
     }
     template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
     const T& operator()(I... idx) const {
-        return data_[static_cast<std::size_t>(detail::offset_of(shape_, idx...))];
+        return data_[static_cast<std::size_t>(
+            detail::offset_of("headwise::Tensor::operator()", shape_, idx...))];
+    }
+    /// Checked element access, in every build (as std::vector::at): throws std::out_of_range
+    /// naming the index and the shape ("headwise::Tensor::at: index 5 of dimension 1 is out of
+    /// range for shape [2, 3]"), or the count of indices and the rank when they differ.
+    template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
+    T& at(I... idx) {
+        return data_[static_cast<std::size_t>(
+            detail::checked_offset_of("headwise::Tensor::at", shape_, idx...))];
+    }
+    template <class... I, class = std::enable_if_t<detail::all_integral_v<I...>>>
+    const T& at(I... idx) const {
+        return data_[static_cast<std::size_t>(
+            detail::checked_offset_of("headwise::Tensor::at", shape_, idx...))];
     }
 
     // ---- views ---------------------------------------------------------------------------
