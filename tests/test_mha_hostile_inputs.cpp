@@ -268,3 +268,180 @@ TEST_CASE("backward with another module's forward names the option, expected and
     for (const auto& [name, g] : e.grad_dict())
         for (double x : g) CHECK(x == 0.0);
 }
+
+TEST_CASE("backward refuses the forward of a module with other key/value heads or another scale",
+          "[mha][errors][gqa]") {
+    // A forward keeps buffers sized for its module's key/value heads: a backward that walked them
+    // with another count of heads would read and write past them.
+    const std::string fn = "headwise::MultiheadAttention::backward: ";
+    MhaConfig c;
+    c.H = 4;
+    c.Hkv = 2;  // E = 8, D = 2
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> grouped(c.options(Projection::fused), 1);
+    const auto f = grouped.forward(d.q, d.q, d.q);
+    const Tensor<double> dy(f.output.shape());
+
+    MhaConfig full = c;
+    full.Hkv = 4;
+    MultiheadAttention<double> m(full.options(Projection::fused), 1);
+    REQUIRE_THROWS_AS(m.backward(f, dy), std::invalid_argument);
+    REQUIRE_THROWS_WITH(m.backward(f, dy),
+                        fn + "fwd: comes from a module with other options (num_kv_heads: "
+                             "expected 4, got 2)");
+    for (const auto& [name, g] : m.grad_dict())
+        for (double x : g) CHECK(x == 0.0);
+    // The other way round: fewer key/value heads than the forward's.
+    const auto f_full = m.forward(d.q, d.q, d.q);
+    REQUIRE_THROWS_WITH(grouped.backward(f_full, dy),
+                        fn + "fwd: comes from a module with other options (num_kv_heads: "
+                             "expected 2, got 4)");
+    // 0 means num_heads: the same module as num_kv_heads = num_heads.
+    full.Hkv = 0;
+    MultiheadAttention<double> zero(full.options(Projection::fused), 1);
+    CHECK_NOTHROW(zero.backward(f_full, dy));
+
+    MhaConfig scaled = c;
+    scaled.scale = 0.5;
+    MultiheadAttention<double> s(scaled.options(Projection::fused), 1);
+    REQUIRE_THROWS_AS(s.backward(f, dy), std::invalid_argument);
+    REQUIRE_THROWS_WITH(s.backward(f, dy),
+                        fn + "fwd: comes from a module with other options (scale: expected 0.5, "
+                             "got 0.7071067811865475)");
+    // An explicit 1 / sqrt(D) is the unset scale.
+    scaled.scale = 1.0 / std::sqrt(2.0);
+    MultiheadAttention<double> same(scaled.options(Projection::fused), 1);
+    CHECK_NOTHROW(same.backward(f, dy));
+}
+
+TEST_CASE("every option is compared by backward or leaves backward's result as it is",
+          "[mha][errors]") {
+    // One line per field of MultiheadAttentionOptions: this binding stops compiling when a field
+    // is added, so that the list below gets a line for it.
+    [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
+                                  add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
+                                  attention_kernel] = MultiheadAttentionOptions{};
+    const std::string fn = "headwise::MultiheadAttention::backward: ";
+    MhaConfig c;
+    c.E = 8;
+    c.H = 4;
+    c.Hkv = 2;
+    c.inputs = Inputs::distinct;
+    c.S = 4;
+    const MultiheadAttentionOptions base = c.options(Projection::fused);
+    const test::MhaData<double> d = test::make_data<double>(c);
+    MultiheadAttention<double> a(base, 1);
+    const auto f = a.forward(d.q, d.k, d.v);
+    std::mt19937_64 rng(4);
+    const Tensor<double> dy = Tensor<double>::randn(f.output.shape(), rng);
+    const auto expected = a.backward(f, dy);
+
+    using Edit = void (*)(MultiheadAttentionOptions&);
+    struct Case {
+        const char* field;
+        Edit edit;
+        const char* message;  // nullptr: backward runs and gives the same result
+    };
+    const Case cases[] = {
+        {"embed_dim", [](MultiheadAttentionOptions& o) { o.embed_dim = 12; },
+         "embed_dim: expected 12, got 8"},
+        {"num_heads", [](MultiheadAttentionOptions& o) { o.num_heads = 2; },
+         "num_heads: expected 2, got 4"},
+        {"projection", [](MultiheadAttentionOptions& o) { o.projection = Projection::per_head; },
+         nullptr},
+        {"bias", [](MultiheadAttentionOptions& o) { o.bias = false; }, "bias: expected 0, got 1"},
+        {"kdim", [](MultiheadAttentionOptions& o) { o.kdim = 5; }, "kdim: expected 5, got 8"},
+        {"vdim", [](MultiheadAttentionOptions& o) { o.vdim = 3; }, "vdim: expected 3, got 8"},
+        {"add_bias_kv", [](MultiheadAttentionOptions& o) { o.add_bias_kv = true; },
+         "add_bias_kv: expected 1, got 0"},
+        {"add_zero_attn", [](MultiheadAttentionOptions& o) { o.add_zero_attn = true; },
+         "add_zero_attn: expected 1, got 0"},
+        {"dropout", [](MultiheadAttentionOptions& o) { o.dropout = 0.25; },
+         "dropout: expected 0.25, got 0"},
+        {"reference_inputs", [](MultiheadAttentionOptions& o) { o.reference_inputs = true; },
+         nullptr},
+        {"num_kv_heads", [](MultiheadAttentionOptions& o) { o.num_kv_heads = 4; },
+         "num_kv_heads: expected 4, got 2"},
+        {"scale", [](MultiheadAttentionOptions& o) { o.scale = 0.25; },
+         "scale: expected 0.25, got 0.7071067811865475"},
+        {"attention_kernel",
+         [](MultiheadAttentionOptions& o) { o.attention_kernel = AttentionKernel::blocked; },
+         nullptr},
+    };
+    for (const Case& k : cases) {
+        CAPTURE(k.field);
+        MultiheadAttentionOptions o = base;
+        k.edit(o);
+        MultiheadAttention<double> m(o, 1);
+        if (k.message) {
+            REQUIRE_THROWS_AS(m.backward(f, dy), std::invalid_argument);
+            REQUIRE_THROWS_WITH(m.backward(f, dy), fn +
+                                                       "fwd: comes from a module with other "
+                                                       "options (" +
+                                                       k.message + ")");
+        } else {
+            // The forward's projection, kernel and input copies are saved with it; backward
+            // walks them back whatever this module would choose.
+            const auto g = m.backward(f, dy);
+            HEADWISE_CHECK_CLOSE(g.query, expected.query, 1e-12);
+            HEADWISE_CHECK_CLOSE(g.key, expected.key, 1e-12);
+            HEADWISE_CHECK_CLOSE(g.value, expected.value, 1e-12);
+            const auto grads = m.grad_dict(), reference = a.grad_dict();
+            for (const auto& [name, grad] : grads) {
+                CAPTURE(name);
+                HEADWISE_CHECK_CLOSE(grad, reference.at(name), 1e-12);
+            }
+        }
+    }
+}
+
+TEST_CASE("options.scale is checked in the module's scalar type", "[mha][errors]") {
+    // 1e300 is a finite double but inf in float, where every output would be NaN; 1e-300 and
+    // 1e-40 underflow in float to 0 and a subnormal.
+    const std::string fn = "headwise::MultiheadAttention::MultiheadAttention: options.scale: ";
+    MultiheadAttentionOptions o;
+    o.embed_dim = 8;
+    o.num_heads = 2;
+    o.scale = 1e300;
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "must be finite in float (at most 3.4028235e+38 in magnitude), or "
+                             "unset for 1 / sqrt(D), got 1e+300");
+    CHECK_NOTHROW(MultiheadAttention<double>(o));
+    o.scale = -1e39;
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "must be finite in float (at most 3.4028235e+38 in magnitude), or "
+                             "unset for 1 / sqrt(D), got -1e+39");
+    o.scale = std::numeric_limits<double>::infinity();
+    REQUIRE_THROWS_WITH(MultiheadAttention<double>(o),
+                        fn + "must be finite in double (at most 1.7976931348623157e+308 in "
+                             "magnitude), or unset for 1 / sqrt(D), got inf");
+    o.scale = std::numeric_limits<double>::quiet_NaN();
+    REQUIRE_THROWS_AS(MultiheadAttention<double>(o), std::invalid_argument);
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+
+    o.scale = 1e-300;
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        fn + "must be 0 or at least 1.1754944e-38 in magnitude in float (a "
+                             "smaller one underflows), or unset for 1 / sqrt(D), got 1e-300");
+    CHECK_NOTHROW(MultiheadAttention<double>(o));
+    o.scale = 1e-40;  // a float subnormal
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+    o.scale = 4e-320;  // a double subnormal
+    REQUIRE_THROWS_WITH(MultiheadAttention<double>(o),
+                        fn + "must be 0 or at least 2.2250738585072014e-308 in magnitude in "
+                             "double (a smaller one underflows), or unset for 1 / sqrt(D), got "
+                             "4e-320");
+
+    // The largest finite and the smallest normal float, 0 and a negative scale are kept.
+    for (double s : {3e38, -3e38, 1.2e-38, 0.0, -0.5}) {
+        CAPTURE(s);
+        o.scale = s;
+        CHECK_NOTHROW(MultiheadAttention<float>(o));
+        CHECK_NOTHROW(MultiheadAttention<double>(o));
+    }
+    o.scale = 1e300;
+    const MultiheadAttention<double> m(o, 1);  // finite in double
+    CHECK(*m.options().scale == 1e300);
+}

@@ -94,7 +94,8 @@ TEST_CASE("scale must be finite", "[mha][scale][errors]") {
     o.scale = std::numeric_limits<double>::infinity();
     CHECK_THROWS_WITH(MultiheadAttention<float>(o),
                       "headwise::MultiheadAttention::MultiheadAttention: options.scale: must be "
-                      "finite, or unset for 1 / sqrt(D), got inf");
+                      "finite in float (at most 3.4028235e+38 in magnitude), or unset for "
+                      "1 / sqrt(D), got inf");
     o.scale = std::numeric_limits<double>::quiet_NaN();
     CHECK_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
     o.scale = 0.0;  // legal: uniform attention over the visible keys

@@ -21,11 +21,12 @@ namespace headwise::detail {
 /// What one forward call is, besides its buffers: what backward needs to walk it back.
 template <class T>
 struct AttentionCall {
-    ProjectionPlan plan;  // plan.key: projection, layout, geometry, self, kv_same
+    ProjectionPlan plan;                // plan.key: projection, layout, geometry, self, kv_same
+    MultiheadAttentionOptions options;  // the module's, at forward: backward compares its own
     bool batched = true;
     bool bias = true;                         // in_proj_bias and out_proj.bias
     bool bias_kv = false, zero_attn = false;  // keys appended after the projected ones
-    T scale = T(0);                           // 1 / sqrt(D)
+    T scale = T(0);                           // options.scale, or 1 / sqrt(D)
     ops::Dropout dropout;                     // inactive in eval mode
     bool blocked = false;       // ops/blocked_attention.hpp ran (else ops/attention.hpp)
     ops::AttentionTiles tiles;  // the blocked kernel's tiles

@@ -6,7 +6,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>    // std::copy
-#include <cmath>        // std::sqrt, std::isfinite
+#include <cmath>        // std::sqrt
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::shared_ptr, std::make_shared
@@ -259,9 +259,7 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
                                "must divide num_heads = " + std::to_string(options.num_heads) +
                                    ", or be 0 for num_heads",
                                std::to_string(options.num_kv_heads));
-    if (options.scale && !std::isfinite(*options.scale))
-        throw_invalid_argument(fn, "options.scale", "must be finite, or unset for 1 / sqrt(D)",
-                               std::to_string(*options.scale));
+    detail::check_scale<T>(fn, options.scale);
     detail::check_projection(fn, "options.projection", options.projection);
     detail::InProjLayout& w = layout_;
     w.E = options.embed_dim;
@@ -373,25 +371,15 @@ void MultiheadAttention<T>::check_masks(const AttentionMasks<T>& m,
 
 template <class T>
 void MultiheadAttention<T>::check_same_options(const detail::AttentionCall<T>& c) const {
-    // Every option that fixes what forward saved; each mismatch named with both values.
-    std::string other;
-    const auto compare = [&](const char* option, Index expected, Index actual) {
-        if (expected != actual)
-            other += std::string(other.empty() ? "" : "; ") + option + ": expected " +
-                     std::to_string(expected) + ", got " + std::to_string(actual);
-    };
-    compare("embed_dim", layout_.E, c.layout().E);
-    compare("num_heads", layout_.H, c.layout().H);
-    compare("kdim", layout_.kdim, c.layout().kdim);
-    compare("vdim", layout_.vdim, c.layout().vdim);
-    compare("bias", options_.bias, c.bias);
-    compare("add_bias_kv", options_.add_bias_kv, c.bias_kv);
-    compare("add_zero_attn", options_.add_zero_attn, c.zero_attn);
+    // Every option that fixes what forward computed and saved; each mismatch named with both
+    // values. Equal options give equal layouts, so backward walks forward's buffers in bounds.
+    const std::string other = detail::differing_options<T>(options_, c.options);
     if (!other.empty())
         throw std::invalid_argument(
             "headwise::MultiheadAttention::backward: fwd: comes from a "
             "module with other options (" +
             other + ")");
+    HEADWISE_ASSERT(c.layout() == layout_);
 }
 
 template <class T>
@@ -403,12 +391,12 @@ void MultiheadAttention<T>::set_up_call(detail::AttentionActivations<T>& a,
     const bool self = kv_same && query.data() == key.data() && query.shape() == key.shape();
     a.plan_for(detail::ProjectionKey{options_.projection, layout_, g, self, kv_same});
     detail::AttentionCall<T>& c = a.call;
+    c.options = options_;
     c.batched = query.rank() == 3;
     c.bias = options_.bias;
     c.bias_kv = options_.add_bias_kv;
     c.zero_attn = options_.add_zero_attn;
-    c.scale = options_.scale ? static_cast<T>(*options_.scale)
-                             : T(1) / std::sqrt(static_cast<T>(layout_.D));
+    c.scale = detail::attention_scale<T>(options_);
     c.dropout = ops::Dropout{};
     if (this->training_ && options_.dropout > 0.0)
         c.dropout = ops::Dropout{options_.dropout, rng_()};
@@ -580,8 +568,8 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
                                     "mode); call train() before forward");
     detail::AttentionActivations<T>& a = *fwd.saved->activations;  // forward's activations
     const detail::AttentionCall<T>& c = a.call;
+    check_same_options(c);  // first: a forward of another module has other shapes too
     detail::check_shape(fn, "grad_output", grad_output.shape(), c.shape_of[kQuery]);
-    check_same_options(c);
     const detail::AttentionGeometry& g = c.g();
     const Index B = g.B, L = g.L, S = g.S, H = layout_.H, D = layout_.D;
     const Index Hkv = layout_.kv_heads, G = layout_.group();
@@ -832,8 +820,7 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
     // heads), so they attend the group's keys together, in one product that reads the keys once.
     // A chunk of T tokens: each head's [T, D] queries with the bottom-right causal rule (new
     // token t sees keys j <= n + t). Appended keys (bias_k, zero) follow the cached ones.
-    const T scale =
-        options_.scale ? static_cast<T>(*options_.scale) : T(1) / std::sqrt(static_cast<T>(D));
+    const T scale = detail::attention_scale<T>(options_);
     detail::parallel_for(B * Hkv, [&](Index slice, int thread) {
         const Index b = slice / Hkv, g = slice % Hkv;
         const T* k = cache.k(b, g).data();  // the cached [N, D] keys
