@@ -332,3 +332,23 @@ TEST_CASE("Embedding gradients accumulate and errors name the entry", "[layers][
                                  "[3, 2], got [3, 3]"));
     CHECK_THROWS_AS(Embedding<float>(4, 2, Index{4}, rng), std::invalid_argument);
 }
+
+TEST_CASE("Embedding refuses indices of the largest rank, naming itself", "[layers][errors]") {
+    // The output [..., embedding_dim] has one axis more than the indices: rank-8 indices would
+    // need a rank-9 output, one more than a tensor has.
+    Generator rng(9);
+    Embedding<float> emb(4, 2, std::nullopt, rng);
+    const Tensor<std::int64_t> idx(Shape{1, 1, 1, 1, 1, 1, 1, 2});  // rank 8, entries 0
+    CHECK_THROWS_MATCHES(emb.forward(idx), shape_error,
+                         Message("headwise::Embedding::forward: indices: expected shape of rank "
+                                 "at most 7 (the output adds the embedding axis, and a tensor "
+                                 "has at most 8), got [1, 1, 1, 1, 1, 1, 1, 2]"));
+    const Tensor<float> dy(Shape{1, 1, 1, 1, 1, 1, 1, 2});
+    CHECK_THROWS_MATCHES(emb.backward(idx, dy), shape_error,
+                         Message("headwise::Embedding::backward: indices: expected shape of rank "
+                                 "at most 7 (the output adds the embedding axis, and a tensor "
+                                 "has at most 8), got [1, 1, 1, 1, 1, 1, 1, 2]"));
+    // Rank 7 is the largest that fits.
+    const Tensor<std::int64_t> seven(Shape{1, 1, 1, 1, 1, 1, 3});
+    CHECK(emb.forward(seven).shape() == Shape{1, 1, 1, 1, 1, 1, 3, 2});
+}

@@ -6,6 +6,7 @@
 #include <headwise/layers/transformer_encoder_layer.hpp>
 
 #include <filesystem>  // std::filesystem::exists
+#include <limits>      // std::numeric_limits
 #include <map>         // std::map
 #include <stdexcept>   // std::invalid_argument
 #include <string>      // std::string
@@ -199,4 +200,50 @@ TEST_CASE("the encoder layer follows the module contract", "[encoder]") {
     CHECK_THROWS_MATCHES(TransformerEncoderLayer<float>(o), std::invalid_argument,
                          Message("headwise::TransformerEncoderLayer::TransformerEncoderLayer: "
                                  "options.nhead: must be positive and divide d_model = 8, got 3"));
+}
+
+TEST_CASE("the encoder layer's errors name its own options, and with_projection throws",
+          "[encoder][errors]") {
+    const std::string ctor = "headwise::TransformerEncoderLayer::TransformerEncoderLayer: ";
+    TransformerEncoderLayerOptions o;
+    o.d_model = 8;
+    o.nhead = 2;
+    o.dim_feedforward = 16;
+    auto fails = [&](const TransformerEncoderLayerOptions& bad, const std::string& message) {
+        CAPTURE(message);
+        REQUIRE_THROWS_AS(TransformerEncoderLayer<float>(bad), std::invalid_argument);
+        REQUIRE_THROWS_WITH(TransformerEncoderLayer<float>(bad), ctor + message);
+    };
+    TransformerEncoderLayerOptions bad = o;
+    bad.layer_norm_eps = std::numeric_limits<double>::infinity();
+    fails(bad, "options.layer_norm_eps: must be finite and non-negative, got inf");
+    bad.layer_norm_eps = -1e-5;
+    fails(bad, "options.layer_norm_eps: must be finite and non-negative, got -1e-05");
+    bad.layer_norm_eps = std::numeric_limits<double>::quiet_NaN();
+    REQUIRE_THROWS_AS(TransformerEncoderLayer<float>(bad), std::invalid_argument);
+    bad = o;
+    bad.projection = static_cast<Projection>(42);
+    fails(bad, "options.projection: must be fused, separate or per_head, got Projection(42)");
+    bad = o;
+    bad.activation = static_cast<Activation>(42);
+    fails(bad, "options.activation: must be relu or gelu, got Activation(42)");
+    CHECK(std::string(to_string(static_cast<Activation>(42))) == "unknown");
+    bad = o;
+    bad.dropout = 1.0;
+    fails(bad, "options.dropout: must be in [0, 1), got 1");
+
+    // with_projection checks its argument; it used to be noexcept, so a bad value ended the
+    // program instead of throwing.
+    TransformerEncoderLayer<float> layer(o, 1);
+    STATIC_REQUIRE_FALSE(noexcept(layer.with_projection(Projection::fused)));
+    const auto bogus = static_cast<Projection>(42);
+    REQUIRE_THROWS_AS(layer.with_projection(bogus), std::invalid_argument);
+    REQUIRE_THROWS_WITH(layer.with_projection(bogus),
+                        "headwise::TransformerEncoderLayer::with_projection: projection: must be "
+                        "fused, separate or per_head, got Projection(42)");
+    CHECK(layer.options().projection == Projection::fused);  // unchanged
+    CHECK(layer.self_attn().projection() == Projection::fused);
+    layer.with_projection(Projection::per_head);
+    CHECK(layer.options().projection == Projection::per_head);
+    CHECK(layer.self_attn().projection() == Projection::per_head);
 }

@@ -38,7 +38,8 @@ public:
               Rng& rng);
 
     /// out[..., :] = weight[indices[...], :]. Throws std::out_of_range naming the position of an
-    /// index outside [0, num_embeddings), before writing anything.
+    /// index outside [0, num_embeddings), before writing anything; shape_error for indices of
+    /// rank Shape::kMaxRank (the output has one axis more).
     Tensor<T> forward(TensorView<const std::int64_t> indices) const;
     /// ADDS dy[..., :] into row indices[...] of the weight gradient (padding rows skipped).
     void backward(TensorView<const std::int64_t> indices, TensorView<const T> dy);
@@ -73,6 +74,21 @@ inline Shape embedding_shape(Index num_embeddings, Index embedding_dim) {
         throw_invalid_argument(fn, "embedding_dim", "must be positive",
                                std::to_string(embedding_dim));
     return Shape{num_embeddings, embedding_dim};
+}
+
+/// The output shape [..., E] of indices [...]; throws shape_error naming `fn` when the indices
+/// have the largest rank, so that the output would have one axis too many.
+inline Shape embedding_output_shape(const char* fn, const Shape& indices, Index E) {
+    constexpr int max_rank = Shape::kMaxRank - 1;
+    if (indices.rank() > max_rank)
+        throw shape_error(fn, "indices",
+                          "of rank at most " + std::to_string(max_rank) +
+                              " (the output adds the embedding axis, and a tensor has at most " +
+                              std::to_string(Shape::kMaxRank) + ")",
+                          indices);
+    std::vector<Index> dims = indices.to_vector();
+    dims.push_back(E);
+    return Shape(dims);
 }
 }  // namespace detail
 
@@ -110,11 +126,10 @@ void Embedding<T>::check_indices(const char* fn, TensorView<const std::int64_t> 
 
 template <class T>
 Tensor<T> Embedding<T>::forward(TensorView<const std::int64_t> indices) const {
-    check_indices("headwise::Embedding::forward", indices);
+    constexpr const char* fn = "headwise::Embedding::forward";
     const Index E = embedding_dim();
-    std::vector<Index> dims = indices.shape().to_vector();
-    dims.push_back(E);
-    const Shape s(dims);
+    const Shape s = detail::embedding_output_shape(fn, indices.shape(), E);
+    check_indices(fn, indices);
     Tensor<T> out = Tensor<T>::uninitialized(s);  // [..., E]
     for (Index i = 0; i < indices.numel(); ++i)
         std::copy_n(weight_.data() + indices[i] * E, E, out.data() + i * E);
@@ -125,9 +140,7 @@ template <class T>
 void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::Embedding::backward";
     const Index E = embedding_dim();
-    std::vector<Index> dims = indices.shape().to_vector();
-    dims.push_back(E);
-    const Shape s(dims);
+    const Shape s = detail::embedding_output_shape(fn, indices.shape(), E);
     detail::check_shape(fn, "grad_output", dy.shape(), s);
     check_indices(fn, indices);
     for (Index i = 0; i < indices.numel(); ++i) {

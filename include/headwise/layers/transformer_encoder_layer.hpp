@@ -3,6 +3,7 @@
 // backward, under torch's parameter names.
 #pragma once
 
+#include <cmath>      // std::isfinite
 #include <cstdint>    // std::uint64_t
 #include <memory>     // std::shared_ptr, std::make_shared
 #include <stdexcept>  // std::invalid_argument
@@ -29,7 +30,13 @@ namespace headwise {
 enum class Activation { relu, gelu };
 
 inline const char* to_string(Activation a) noexcept {
-    return a == Activation::relu ? "relu" : "gelu";
+    switch (a) {
+        case Activation::relu:
+            return "relu";
+        case Activation::gelu:
+            return "gelu";
+    }
+    return "unknown";
 }
 
 /// The constructor arguments of torch.nn.TransformerEncoderLayer (batch_first is always true
@@ -80,9 +87,10 @@ public:
     static constexpr const char* kName = "headwise::TransformerEncoderLayer";
     using Options = TransformerEncoderLayerOptions;
 
-    /// Validates the options (positive sizes, nhead dividing d_model, dropout in [0, 1),
-    /// non-negative eps) and initialises the parameters as torch does (attention as
-    /// MultiheadAttention, the linears as nn.Linear, the norms to ones and zeros), from `seed`.
+    /// Validates the options (positive sizes, nhead dividing d_model, dropout in [0, 1), finite
+    /// non-negative eps, known activation and projection) and initialises the parameters as torch
+    /// does (attention as MultiheadAttention, the linears as nn.Linear, the norms to ones and
+    /// zeros), from `seed`.
     explicit TransformerEncoderLayer(const Options& options, std::uint64_t seed = 0);
 
     /// x [B, L, d_model] (or [L, d_model]); masks as for MultiheadAttention::forward.
@@ -93,10 +101,13 @@ public:
     /// result of an eval-mode forward, shape_error for dy of another shape than the output.
     Tensor<T> backward(const TransformerEncoderLayerForward<T>& fwd, TensorView<const T> dy);
 
-    /// Changes the attention's projection computation; parameters stay as they are.
-    TransformerEncoderLayer& with_projection(Projection projection) noexcept {
-        options_.projection = projection;
+    /// Changes the attention's projection computation; parameters stay as they are. Throws
+    /// std::invalid_argument for a value that is no Projection enumerator, changing nothing.
+    TransformerEncoderLayer& with_projection(Projection projection) {
+        detail::check_projection("headwise::TransformerEncoderLayer::with_projection", "projection",
+                                 projection);
         self_attn_.with_projection(projection);
+        options_.projection = projection;
         return *this;
     }
     const Options& options() const noexcept { return options_; }
@@ -182,10 +193,17 @@ const TransformerEncoderLayerOptions& TransformerEncoderLayer<T>::checked(const 
                                std::to_string(o.dim_feedforward));
     if (!(o.dropout >= 0.0 && o.dropout < 1.0))
         throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
-                               std::to_string(o.dropout));
-    if (!(o.layer_norm_eps >= 0.0))
-        throw_invalid_argument(fn, "options.layer_norm_eps", "must be non-negative",
-                               std::to_string(o.layer_norm_eps));
+                               detail::shortest_str(o.dropout));
+    // Checked here, before the members that take these options would blame themselves
+    // (LayerNorm::eps, MultiheadAttention's options.projection) for the encoder's option.
+    if (!(o.layer_norm_eps >= 0.0 && std::isfinite(o.layer_norm_eps)))
+        throw_invalid_argument(fn, "options.layer_norm_eps", "must be finite and non-negative",
+                               detail::shortest_str(o.layer_norm_eps));
+    if (o.activation != Activation::relu && o.activation != Activation::gelu)
+        throw_invalid_argument(
+            fn, "options.activation", "must be relu or gelu",
+            "Activation(" + std::to_string(static_cast<int>(o.activation)) + ")");
+    detail::check_projection(fn, "options.projection", o.projection);
     return o;
 }
 
