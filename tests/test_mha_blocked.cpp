@@ -151,3 +151,54 @@ TEST_CASE("blocked equals materialised at input magnitude 1e30, causal", "[mha][
         HEADWISE_CHECK_CLOSE(grad, grads_m.at(name), Tol<double>::rel);
     }
 }
+
+TEST_CASE("attention_tiles: checked, and any tiles give the default tiles' results",
+          "[mha][blocked]") {
+    MultiheadAttentionOptions o = small_options(AttentionKernel::blocked);
+    o.attention_tiles = {0, 4};
+    REQUIRE_THROWS_AS(MultiheadAttention<float>(o), std::invalid_argument);
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        "headwise::MultiheadAttention::MultiheadAttention: "
+                        "options.attention_tiles: rows and cols must be positive, got 0 x 4");
+    o.attention_tiles = {3, -1};
+    REQUIRE_THROWS_WITH(MultiheadAttention<float>(o),
+                        "headwise::MultiheadAttention::MultiheadAttention: "
+                        "options.attention_tiles: rows and cols must be positive, got 3 x -1");
+
+    // 7 queries over 9 keys, causal, dropout: tiles of 1 x 1 and 2 x 3 cross every row and key;
+    // tiles far larger than the call cover it whole. A backward runs with its forward's tiles,
+    // so a module of other tiles differentiates it (tiles are not compared).
+    const Index B = 2, L = 7, S = 9, E = 16;
+    std::mt19937_64 rng(4);
+    const auto q = Tensor<double>::randn(Shape{B, L, E}, rng);
+    const auto kv = Tensor<double>::randn(Shape{B, S, E}, rng);
+    const auto dy = Tensor<double>::randn(Shape{B, L, E}, rng);
+    AttentionMasks<double> masks;
+    masks.is_causal = true;
+    o.dropout = 0.25;
+    o.attention_tiles = {};
+    MultiheadAttention<double> reference(o, 9);
+    const auto f0 = reference.forward(q, kv, kv, masks);
+    const auto g0 = reference.backward(f0, dy);
+    const Index huge = Index(1) << 40;
+    for (const ops::AttentionTiles tiles :
+         {ops::AttentionTiles{1, 1}, ops::AttentionTiles{2, 3}, ops::AttentionTiles{huge, huge}}) {
+        CAPTURE(tiles.rows, tiles.cols);
+        o.attention_tiles = tiles;
+        MultiheadAttention<double> m(o, 9);
+        const auto f = m.forward(q, kv, kv, masks);
+        HEADWISE_CHECK_CLOSE(f.output, f0.output, Tol<double>::rel);
+        MultiheadAttentionOptions default_tiles = o;
+        default_tiles.attention_tiles = {};
+        MultiheadAttention<double> other(default_tiles, 9);
+        const auto g = other.backward(f, dy);
+        HEADWISE_CHECK_CLOSE(g.query, g0.query, Tol<double>::rel);
+        HEADWISE_CHECK_CLOSE(g.key, g0.key, Tol<double>::rel);
+        HEADWISE_CHECK_CLOSE(g.value, g0.value, Tol<double>::rel);
+        const auto grads0 = reference.grad_dict();
+        for (const auto& [name, grad] : other.grad_dict()) {
+            CAPTURE(name);
+            HEADWISE_CHECK_CLOSE(grad, grads0.at(name), Tol<double>::rel);
+        }
+    }
+}

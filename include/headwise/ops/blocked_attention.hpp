@@ -241,11 +241,19 @@ Index tile_columns(const ops::ScoreMask<T>& mask, Index S, Index i0, Index r, In
     return n;
 }
 
-/// Throws unless both tile extents are positive.
-inline void check_tiles(const char* function, const ops::AttentionTiles& tiles) {
+/// Throws std::invalid_argument unless both tile extents are positive.
+inline void check_tiles(const char* function, const ops::AttentionTiles& tiles,
+                        const char* argument = "tiles") {
     if (tiles.rows <= 0 || tiles.cols <= 0)
-        throw_invalid_argument(function, "tiles", "rows and cols must be positive",
+        throw_invalid_argument(function, argument, "rows and cols must be positive",
                                std::to_string(tiles.rows) + " x " + std::to_string(tiles.cols));
+}
+
+/// The tiles of a call of L queries over Sx keys: `tiles` cut to L x Sx (a larger tile covers
+/// the slice whole, the same sums with less scratch), at least 1 x 1.
+inline ops::AttentionTiles call_tiles(const ops::AttentionTiles& tiles, Index L, Index Sx) {
+    return {std::max<Index>(1, std::min(tiles.rows, L)),
+            std::max<Index>(1, std::min(tiles.cols, Sx))};
 }
 
 }  // namespace headwise::detail

@@ -261,6 +261,7 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
                                std::to_string(options.num_kv_heads));
     detail::check_scale<T>(fn, options.scale);
     detail::check_projection(fn, "options.projection", options.projection);
+    detail::check_tiles(fn, options.attention_tiles, "options.attention_tiles");
     detail::InProjLayout& w = layout_;
     w.E = options.embed_dim;
     w.H = options.num_heads;
@@ -461,6 +462,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     detail::AttentionActivations<T>& a = saved ? *saved->activations : eval_activations_;
     set_up_call(a, g, query, key, value);
     a.call.blocked = kernel_for(L, S, masks.need_weights) == AttentionKernel::blocked;
+    a.call.tiles = detail::call_tiles(options_.attention_tiles, L, Sx);
     // A blocked backward applies the masks again: training keeps a copy of them.
     a.call.masks = this->training_ && a.call.blocked ? masks : AttentionMasks<T>{};
     const detail::AttentionCall<T>& c = a.call;

@@ -12,6 +12,7 @@
 
 #include "../../config.hpp"
 #include "../../error.hpp"
+#include "../../ops/blocked_attention.hpp"
 #include "../../ops/score_mask.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
@@ -122,6 +123,14 @@ struct MultiheadAttentionOptions {
     // Which kernel computes attention (see AttentionKernel): automatic, or forced either way
     // (for tests, and for whoever wants the weights from the materialised kernel).
     AttentionKernel attention_kernel = AttentionKernel::automatic;
+
+    // The blocked kernel's tiles: `rows` query rows (Br) meet `cols` keys (Bc) at a time; both at
+    // least 1 (a tile larger than a call's L x Sx scores covers the slice whole). The defaults
+    // are the measured fastest (ops::AttentionTiles); other tiles change only the order in which
+    // the online softmax and the gradients are summed, so results agree to rounding. Tests set
+    // a few rows and keys so that short sequences cross tiles (the running-max rescale, tiles
+    // the causal rule skips or cuts); a backward runs with the tiles of its forward.
+    ops::AttentionTiles attention_tiles;
 };
 
 namespace detail {
@@ -182,9 +191,9 @@ void check_scale(const char* function, const std::optional<double>& scale) {
 /// taken from another option (kdim and vdim 0: embed_dim; num_kv_heads 0: num_heads; scale
 /// unset: 1 / sqrt(D)) is compared when either module sets it; when neither does, it differs
 /// only if the option it comes from does, which is named instead. The scale is compared in T,
-/// the type the kernels use. Not compared: projection, attention_kernel and reference_inputs
-/// choose how a forward runs, not what it computes, and the forward saves its choice for
-/// backward to follow.
+/// the type the kernels use. Not compared: projection, attention_kernel, attention_tiles and
+/// reference_inputs choose how a forward runs, not what it computes (tiles: only the order of
+/// sums), and the forward saves its choice for backward to follow.
 template <class T>
 std::string differing_options(const MultiheadAttentionOptions& expected,
                               const MultiheadAttentionOptions& actual) {
@@ -192,7 +201,7 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
     // it is sorted here into compared or not compared.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel] = expected;
+                                  attention_kernel, attention_tiles] = expected;
     std::string out;
     const auto compare = [&out](const char* name, auto e, auto a) {
         if (e == a) return;
