@@ -8,6 +8,7 @@
 #include <limits>     // std::numeric_limits
 #include <random>     // std::mt19937_64
 #include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
 #include <tuple>      // std::tuple
 #include <vector>     // std::vector
 
@@ -221,6 +222,41 @@ TEST_CASE("gradcheck skips empty gradients and checks only the inputs asked for"
     CHECK_FALSE(only0.ok);
     CHECK(only0.checked == 12);
     CHECK_THAT(only0.max_rel_error, WithinAbs(2.0, 1e-6));  // |-g - g| / max(|g|, |g|)
+}
+
+TEST_CASE("gradcheck fails when it compared nothing", "[gradcheck]") {
+    std::mt19937_64 rng(42);
+    const Inputs ab = random_inputs(rng, {Shape{3, 4}, Shape{4, 2}});
+    const std::string nothing =
+        "nothing checked: every input asked for has an empty gradient or no element";
+
+    // A backward that returns only empty tensors differentiates nothing: no evidence, no pass.
+    const auto none = [](const Inputs&, const Tensor<double>&) {
+        return Inputs{Tensor<double>(), Tensor<double>()};
+    };
+    const GradcheckResult r = headwise::gradcheck(matmul_forward, none, ab, rng);
+    CHECK_FALSE(r.ok);
+    CHECK(r.checked == 0);
+    CHECK(r.where == nothing);
+
+    // Likewise an empty list of inputs to check, and inputs without elements.
+    const GradcheckResult empty_list =
+        headwise::gradcheck(matmul_forward, matmul_backward, ab, std::vector<Index>{}, rng);
+    CHECK_FALSE(empty_list.ok);
+    CHECK(empty_list.checked == 0);
+    const Inputs no_elements = random_inputs(rng, {Shape{0, 4}, Shape{4, 0}});
+    const GradcheckResult e =
+        headwise::gradcheck(matmul_forward, matmul_backward, no_elements, rng);
+    CHECK_FALSE(e.ok);
+    CHECK(e.where == nothing);
+
+    // One input checked is enough to pass.
+    const auto only_a = [](const Inputs& x, const Tensor<double>& dC) {
+        return Inputs{headwise::matmul(dC, x[1], false, true), Tensor<double>()};
+    };
+    const GradcheckResult a = headwise::gradcheck(matmul_forward, only_a, ab, rng);
+    CHECK(a.ok);
+    CHECK(a.checked == 12);
 }
 
 TEST_CASE("gradcheck is deterministic per seed and leaves the inputs alone", "[gradcheck]") {

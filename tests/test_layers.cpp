@@ -87,6 +87,7 @@ TEST_CASE("LayerNorm passes gradcheck for the input, weight and bias", "[layers]
     const GradcheckResult r = gradcheck(f, back, {x, w, b}, rng, {1e-5, 1e-7});
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 30 + 5 + 5);  // every input, weight and bias entry
 }
 
 TEST_CASE("LayerNorm normalises each row and is a module", "[layers]") {
@@ -163,6 +164,7 @@ TEST_CASE("GELU passes gradcheck in both forms", "[layers][gradcheck]") {
                   {x}, rng, {1e-5, 1e-7});
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 24);
 }
 
 TEST_CASE("ReLU passes gradcheck away from the kink", "[layers][gradcheck]") {
@@ -178,6 +180,7 @@ TEST_CASE("ReLU passes gradcheck away from the kink", "[layers][gradcheck]") {
                   {x}, rng);
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 15);
 }
 
 // ---- Dropout
@@ -274,6 +277,7 @@ TEST_CASE("Dropout passes gradcheck with its mask fixed by the stream", "[layers
         {x}, rng);
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 42);
 }
 
 // ---- Embedding
@@ -314,6 +318,7 @@ TEST_CASE("Embedding passes gradcheck for its weight", "[layers][gradcheck]") {
                   {w}, rng);
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 15);
 }
 
 TEST_CASE("Embedding gradients accumulate and errors name the entry", "[layers][errors]") {

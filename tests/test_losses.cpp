@@ -83,6 +83,7 @@ TEST_CASE("cross_entropy and mse_loss pass gradcheck", "[losses][gradcheck]") {
         {logits}, rng, {1e-5, 1e-7});
     INFO(r.where);
     CHECK(r.ok);
+    CHECK(r.checked == 24);  // ignored rows too: their gradient is 0
 
     const Tensor<double> target = Tensor<double>::randn(Shape{3, 5}, rng);
     const GradcheckResult m = gradcheck(
@@ -97,6 +98,7 @@ TEST_CASE("cross_entropy and mse_loss pass gradcheck", "[losses][gradcheck]") {
         {Tensor<double>::randn(Shape{3, 5}, rng)}, rng, {1e-5, 1e-7});
     INFO(m.where);
     CHECK(m.ok);
+    CHECK(m.checked == 15);
 }
 
 TEST_CASE("cross_entropy stays finite for huge logits and is 0 when every target is ignored",

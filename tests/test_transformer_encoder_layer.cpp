@@ -153,6 +153,9 @@ TEST_CASE("the encoder layer passes gradcheck with dropout, for the input and ev
         inputs, rng, {1e-5, 1e-6});
     INFO(r.where);
     CHECK(r.ok);
+    Index entries = 0;  // the input's and every parameter's: each one has a gradient
+    for (const Tensor<double>& in : inputs) entries += in.numel();
+    CHECK(r.checked == entries);
 }
 
 TEST_CASE("the encoder layer follows the module contract", "[encoder]") {

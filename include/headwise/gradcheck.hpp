@@ -25,7 +25,7 @@ struct GradcheckOptions {
 };
 
 struct GradcheckResult {
-    bool ok = true;              // max_rel_error <= tolerance
+    bool ok = false;             // checked > 0 and max_rel_error <= tolerance
     double max_rel_error = 0.0;  // worst |analytic - numeric| / max(|analytic|, |numeric|, floor)
     double max_abs_error = 0.0;  // worst |analytic - numeric|
     std::string where;           // e.g. "input 2 [0, 1, 3]: analytic 0.123, numeric 0.124"
@@ -51,7 +51,10 @@ struct GradcheckResult {
 /// difference is mostly rounding and truncation error (O(eps^2)), is thereby judged against the
 /// scale of the input's whole gradient instead of against itself, while a wrong one still stands
 /// out; an error that is exactly 0 counts as 0 (never 0 / 0). NaN on either side fails.
-/// `where` describes the partial with the largest relative error (empty if none was checked).
+/// `where` describes the partial with the largest relative error. `checked` counts the partials
+/// compared; a check that compared none (every gradient asked for is empty, or so is every input)
+/// proves nothing and fails, `where` saying so. Tests assert `checked` as well as `ok`, so that a
+/// backward that returns fewer gradients than it should does not pass unnoticed.
 ///
 /// Throws std::invalid_argument when eps or tolerance is not positive, when backward returns
 /// the wrong number of tensors, and shape_error when one of them (not empty) has a shape other
@@ -170,6 +173,10 @@ GradcheckResult gradcheck(const F& f, const Backward& backward,
                 result.where = os.str();
             }
         }
+    }
+    if (result.checked == 0) {
+        result.where = "nothing checked: every input asked for has an empty gradient or no element";
+        return result;  // ok stays false
     }
     result.ok = result.max_rel_error <= options.tolerance;
     return result;
