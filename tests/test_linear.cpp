@@ -347,4 +347,5 @@ TEST_CASE("Linear passes a central-difference gradient check over x, weight and 
     INFO("max relative error " << result.max_rel_error << " at " << result.where);
     CHECK(result.ok);
     CHECK(result.max_rel_error <= 1e-6);
+    CHECK(result.checked == inputs[0].numel() + inputs[1].numel() + inputs[2].numel());
 }

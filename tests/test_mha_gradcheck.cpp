@@ -148,4 +148,5 @@ TEST_CASE("a fully masked row has zero gradients, and finite differences agree",
     const GradcheckResult r = gradcheck(f, back, {d.q, d.k, d.v}, rng);
     INFO(r.where);
     CHECK(r.max_rel_error <= 1e-6);
+    CHECK(r.checked == d.q.numel() + d.k.numel() + d.v.numel());
 }
