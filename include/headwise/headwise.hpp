@@ -11,6 +11,7 @@
 // Weight files in safetensors format need nlohmann/json (linked by headwise::headwise when CMake
 // found it); without it everything else is still here.
 #if __has_include(<nlohmann/json.hpp>)
+#include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #endif
 #include "layers/attention/multihead_attention.hpp"

@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: MIT
-// Explicit random generators and the few distributions the library draws from.
+// Explicit random generators, the few distributions the library draws from, and generator states
+// as integers (for checkpoints).
 #pragma once
 
-#include <cmath>    // std::sqrt, std::log, std::cos
-#include <cstdint>  // std::uint64_t
-#include <random>   // std::mt19937_64
+#include <cmath>        // std::sqrt, std::log, std::cos
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint64_t
+#include <random>       // std::mt19937_64
+#include <sstream>      // std::ostringstream, std::istringstream
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::false_type, std::true_type, std::void_t
+#include <vector>       // std::vector
 
 namespace headwise {
 
@@ -43,6 +50,57 @@ double normal(Rng& rng) {
 template <class Rng>
 bool bernoulli(Rng& rng, double p) {
     return uniform01(rng) < p;
+}
+
+namespace detail {
+template <class Rng, class = void>
+struct has_state_size : std::false_type {};
+template <class Rng>
+struct has_state_size<Rng, std::void_t<decltype(Rng::state_size)>> : std::true_type {};
+}  // namespace detail
+
+/// The whole state of a standard engine as integers (for mt19937_64, its 312 state words and its
+/// position), so that a training run can save where its generators are and continue from there:
+/// set_generator_state(g, generator_state(g)) leaves g drawing the same numbers. The words are the
+/// engine's standard textual representation read as numbers, hence valid with the standard
+/// library that wrote them.
+template <class Rng>
+std::vector<std::uint64_t> generator_state(const Rng& rng) {
+    std::ostringstream text;
+    text << rng;
+    std::istringstream in(text.str());
+    std::vector<std::uint64_t> words;
+    for (std::uint64_t w; in >> w;) words.push_back(w);
+    return words;
+}
+
+/// Restores a state from generator_state(). Throws std::invalid_argument naming `argument` when
+/// the words are not a state of this engine (wrong count or values); `rng` is then unchanged.
+template <class Rng>
+void set_generator_state(Rng& rng, const std::vector<std::uint64_t>& words,
+                         const std::string& function = "headwise::set_generator_state",
+                         const std::string& argument = "words") {
+    const std::size_t expected = generator_state(rng).size();
+    if (words.size() != expected)
+        throw std::invalid_argument(
+            function + ": " + argument + ": expected " + std::to_string(expected) +
+            " words (the generator's state), got " + std::to_string(words.size()));
+    // A Mersenne twister's text may end with its position in the state (libstdc++ writes it),
+    // which the engine reads unchecked and then indexes with.
+    if constexpr (detail::has_state_size<Rng>::value)
+        if (words.size() == Rng::state_size + 1 && words.back() > Rng::state_size)
+            throw std::invalid_argument(function + ": " + argument + ": position " +
+                                        std::to_string(words.back()) + " past the state's " +
+                                        std::to_string(Rng::state_size) + " words");
+    std::ostringstream text;
+    for (std::size_t i = 0; i < words.size(); ++i) text << (i ? " " : "") << words[i];
+    std::istringstream in(text.str());
+    Rng restored;
+    in >> restored;
+    if (in.fail())
+        throw std::invalid_argument(function + ": " + argument +
+                                    ": not a state of this generator (the engine rejected it)");
+    rng = restored;
 }
 
 }  // namespace headwise

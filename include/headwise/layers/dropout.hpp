@@ -47,6 +47,13 @@ public:
 
     template <class Self, class Visit>
     static void visit_parameters(Self&, Visit&&) {}
+    /// The seed and the count of masks drawn (the next training forward's stream): what the
+    /// next masks depend on (Module::random_state).
+    template <class Self, class Visit>
+    static void visit_random_state(Self& self, Visit&& visit) {
+        visit(self.seed_);
+        visit(self.next_stream_);
+    }
 
 private:
     void apply(std::uint64_t stream, TensorView<const T> x, TensorView<T> y) const;

@@ -2,15 +2,19 @@
 // The module contract every layer follows: named parameters with gradients, state dicts, modes.
 #pragma once
 
-#include <algorithm>  // std::copy_n, std::fill_n
-#include <map>        // std::map
-#include <stdexcept>  // std::invalid_argument
-#include <string>     // std::string
-#include <utility>    // std::forward, std::move
-#include <vector>     // std::vector
+#include <algorithm>    // std::copy_n, std::fill_n
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint64_t
+#include <map>          // std::map
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v, std::decay_t
+#include <utility>      // std::forward, std::move
+#include <vector>       // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -48,7 +52,13 @@ using StateDict = std::map<std::string, Tensor<T>>;
 ///   state_dict(prefix), grad_dict(prefix)      copies under torch's names, optionally prefixed
 ///   load_state_dict(sd, prefix)        strict; checked in full before anything is written
 ///   train(on), eval(), is_training()   a new module is in training mode, as in torch
-/// and each layer adds `forward(...)` returning what its `backward(...)` consumes.
+///   random_state(), load_random_state(words)   where its dropout streams are (for checkpoints)
+/// and each layer adds `forward(...)` returning what its `backward(...)` consumes. A layer whose
+/// forwards draw random numbers (dropout) also visits each std::uint64_t counter and Generator
+/// they draw from, so that random_state() covers them:
+///
+///   template <class Self, class Visit>
+///   static void visit_random_state(Self& self, Visit&& visit);     // visit(counter), visit(g)
 template <class Derived, class T>
 class Module {
 public:
@@ -115,9 +125,29 @@ public:
     void eval() { train(false); }
     bool is_training() const noexcept { return training_; }
 
+    /// Where the random streams of this module and its children stand (dropout: each Dropout's
+    /// seed and count of masks drawn, each MultiheadAttention's generator), as integers in a
+    /// fixed order (this module's, then its children's in visit_children order). Not part of state_dict(), so
+    /// that state dicts keep torch's names. A module that loads this from a module of the same
+    /// architecture (its weights too, with load_state_dict) draws the masks the other one would
+    /// have drawn next: training continues exactly. Generator words are valid with the standard
+    /// library that wrote them (see generator_state).
+    std::vector<std::uint64_t> random_state() const {
+        std::vector<std::uint64_t> words;
+        append_random_state(words);
+        return words;
+    }
+    /// Restores random_state(). Strict: throws std::invalid_argument naming the function when
+    /// the word count differs from this module's or a generator's words are no generator state,
+    /// before anything changes.
+    void load_random_state(const std::vector<std::uint64_t>& words);
+
     /// Default: no children.
     template <class Self, class Visit>
     static void visit_children(Self&, Visit&&) {}
+    /// Default: no random streams of its own.
+    template <class Self, class Visit>
+    static void visit_random_state(Self&, Visit&&) {}
 
 protected:
     Module() = default;
@@ -134,8 +164,18 @@ protected:
     bool training_ = true;
 
 private:
+    template <class, class>
+    friend class Module;  // children's random state, whatever their layer type
+
     Derived& derived() noexcept { return static_cast<Derived&>(*this); }
     const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+
+    void append_random_state(std::vector<std::uint64_t>& words) const;
+    // Pass 1 (`parsed` empty on entry, `apply` false): checks words[pos...] and parses each
+    // generator's words into `parsed`. Pass 2 (`apply` true): assigns counters and `parsed`.
+    void read_random_state(const std::vector<std::uint64_t>& words, std::size_t& pos,
+                           std::vector<Generator>& parsed, std::size_t& next_parsed, bool apply,
+                           const std::string& fn);
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -184,6 +224,65 @@ void Module<Derived, T>::load_state_dict(const StateDict& state, const std::stri
         const Tensor<T>& src = state.at(prefix + p.name);
         std::copy_n(src.data(), src.numel(), p.value.data());
     }
+}
+
+template <class Derived, class T>
+void Module<Derived, T>::append_random_state(std::vector<std::uint64_t>& words) const {
+    Derived::visit_random_state(derived(), [&](const auto& stream) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(stream)>, Generator>) {
+            const std::vector<std::uint64_t> g = generator_state(stream);
+            words.insert(words.end(), g.begin(), g.end());
+        } else {
+            static_assert(std::is_same_v<std::decay_t<decltype(stream)>, std::uint64_t>,
+                          "visit_random_state visits std::uint64_t counters and Generators");
+            words.push_back(stream);
+        }
+    });
+    Derived::visit_children(derived(),
+                            [&](const auto& child) { child.append_random_state(words); });
+}
+
+template <class Derived, class T>
+void Module<Derived, T>::read_random_state(const std::vector<std::uint64_t>& words,
+                                           std::size_t& pos, std::vector<Generator>& parsed,
+                                           std::size_t& next_parsed, bool apply,
+                                           const std::string& fn) {
+    Derived::visit_random_state(derived(), [&](auto& stream) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(stream)>, Generator>) {
+            const std::size_t n = generator_state(stream).size();
+            if (apply) {
+                stream = parsed[next_parsed++];
+            } else {
+                Generator g;
+                set_generator_state(
+                    g, std::vector<std::uint64_t>(words.begin() + pos, words.begin() + pos + n), fn,
+                    "words[" + std::to_string(pos) + ", " + std::to_string(pos + n) + ")");
+                parsed.push_back(g);
+            }
+            pos += n;
+        } else {
+            if (apply) stream = words[pos];
+            ++pos;
+        }
+    });
+    Derived::visit_children(derived(), [&](auto& child) {
+        child.read_random_state(words, pos, parsed, next_parsed, apply, fn);
+    });
+}
+
+template <class Derived, class T>
+void Module<Derived, T>::load_random_state(const std::vector<std::uint64_t>& words) {
+    const std::string fn = std::string(Derived::kName) + "::load_random_state";
+    const std::size_t expected = random_state().size();
+    if (words.size() != expected)
+        throw std::invalid_argument(fn + ": words: expected " + std::to_string(expected) +
+                                    " words (this module's random streams), got " +
+                                    std::to_string(words.size()));
+    std::vector<Generator> parsed;
+    std::size_t pos = 0, next_parsed = 0;
+    read_random_state(words, pos, parsed, next_parsed, /*apply=*/false, fn);
+    pos = 0;
+    read_random_state(words, pos, parsed, next_parsed, /*apply=*/true, fn);
 }
 
 }  // namespace headwise

@@ -2,12 +2,16 @@
 // Adam<T> and AdamW<T>: torch.optim.Adam / AdamW (bias correction, eps, weight decay, AMSGrad).
 #pragma once
 
-#include <algorithm>  // std::max, std::fill_n
-#include <cmath>      // std::pow, std::sqrt, std::isfinite
-#include <cstddef>    // std::size_t
-#include <string>     // std::to_string
-#include <utility>    // std::move
-#include <vector>     // std::vector
+#include <algorithm>    // std::max, std::fill_n
+#include <cmath>        // std::pow, std::sqrt, std::isfinite, std::floor
+#include <cstddef>      // std::size_t
+#include <limits>       // std::numeric_limits
+#include <map>          // std::map
+#include <stdexcept>    // std::invalid_argument, std::overflow_error
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v
+#include <utility>      // std::move
+#include <vector>       // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -46,6 +50,19 @@ namespace detail {
 ///   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g²
 ///   v̂ = max(v̂, v) (AMSGrad) or v
 ///   p = p - lr / (1 - beta1^t) m / (sqrt(v̂) / sqrt(1 - beta2^t) + eps)
+///
+/// state_dict() is torch's optimizer.state_dict() flattened into tensor names (parameter i in
+/// the order of parameters()):
+///   state.<i>.step                 t, rank 0 (a float tensor, as torch's)
+///   state.<i>.exp_avg              m, the parameter's shape
+///   state.<i>.exp_avg_sq           v
+///   state.<i>.max_exp_avg_sq       v̂ (with amsgrad only)
+///   param_groups.0.lr, .eps, .weight_decay, .amsgrad (0 or 1)                       rank 0
+///   param_groups.0.betas           [2]: beta1, beta2
+///   param_groups.0.params          [n]: 0, 1, ..., n - 1 (the parameters' indices, as torch)
+/// The state entries are there from construction on (zero moments and step 0 before the first
+/// step, which is what torch's lazily created state starts from). Steps are exact integers up
+/// to 2^24 in float and 2^53 in double; state_dict() throws std::overflow_error past that.
 template <class T>
 class AdamBase {
 public:
@@ -62,11 +79,28 @@ public:
     const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
     const AdamState<T>& state(std::size_t i) const { return state_.at(i); }
 
+    /// Copies of the moments, steps and options, under the names in the class comment.
+    StateDict<T> state_dict() const;
+    /// Strict load of a state_dict() of an optimiser over parameters of the same shapes: a
+    /// missing, unexpected or mis-shaped entry, a step that is no non-negative integer, or a
+    /// hyper-parameter that differs throws std::invalid_argument naming the entry, before
+    /// anything changes. Moments and steps are restored, and the learning rate, as torch does,
+    /// so that a schedule's current rate comes back; since the dict holds it as T, an optimiser
+    /// whose own lr rounds to the stored value keeps its own (exact) lr. betas, eps,
+    /// weight_decay and amsgrad define the update: they are not taken from the dict (a float
+    /// copy of a double option would change the trajectory) but checked against this
+    /// optimiser's, converted to T.
+    void load_state_dict(const StateDict<T>& state);
+
 protected:
     AdamBase(const char* fn, std::vector<Parameter<T>> parameters, AdamOptions options,
              bool decoupled);
 
 private:
+    const char* name() const noexcept { return decoupled_ ? "headwise::AdamW" : "headwise::Adam"; }
+    // Step counts T holds exactly, every smaller one too: 2^24 (float), 2^53 (double).
+    static constexpr Index kMaxStep = Index{1} << std::numeric_limits<T>::digits;
+
     std::vector<Parameter<T>> params_;
     AdamOptions options_;
     bool decoupled_;
@@ -161,6 +195,87 @@ void AdamBase<T>::step() {
             const T denom = std::sqrt(second) / bias_correction2_sqrt + eps;
             p[j] = p[j] - step_size * (m[j] / denom);
         }
+    }
+}
+
+template <class T>
+StateDict<T> AdamBase<T>::state_dict() const {
+    StateDict<T> sd;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        const std::string prefix = "state." + std::to_string(i) + ".";
+        const AdamState<T>& s = state_[i];
+        if (s.step > kMaxStep)
+            throw std::overflow_error(std::string(name()) + "::state_dict: " + prefix + "step: " +
+                                      std::to_string(s.step) + " is past the largest step count " +
+                                      (std::is_same_v<T, float> ? "float" : "double") +
+                                      " holds exactly, " + std::to_string(kMaxStep));
+        sd.emplace(prefix + "step", scalar_tensor<T>(static_cast<double>(s.step)));
+        sd.emplace(prefix + "exp_avg", s.exp_avg);
+        sd.emplace(prefix + "exp_avg_sq", s.exp_avg_sq);
+        if (options_.amsgrad) sd.emplace(prefix + "max_exp_avg_sq", s.max_exp_avg_sq);
+    }
+    const std::string g = "param_groups.0.";
+    sd.emplace(g + "lr", scalar_tensor<T>(options_.lr));
+    sd.emplace(g + "betas", Tensor<T>(Shape{2}, {static_cast<T>(options_.beta1),
+                                                 static_cast<T>(options_.beta2)}));
+    sd.emplace(g + "eps", scalar_tensor<T>(options_.eps));
+    sd.emplace(g + "weight_decay", scalar_tensor<T>(options_.weight_decay));
+    sd.emplace(g + "amsgrad", scalar_tensor<T>(options_.amsgrad ? 1.0 : 0.0));
+    sd.emplace(g + "params", Tensor<T>::arange(static_cast<Index>(params_.size())));
+    return sd;
+}
+
+template <class T>
+void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
+    const std::string fn = std::string(name()) + "::load_state_dict";
+    const std::string g = "param_groups.0.";
+    const std::size_t n = params_.size();
+    std::map<std::string, Shape> expected;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string prefix = "state." + std::to_string(i) + ".";
+        const Shape& shape = params_[i].value.shape();
+        expected.emplace(prefix + "step", Shape{});
+        expected.emplace(prefix + "exp_avg", shape);
+        expected.emplace(prefix + "exp_avg_sq", shape);
+        if (options_.amsgrad) expected.emplace(prefix + "max_exp_avg_sq", shape);
+    }
+    for (const char* key : {"lr", "eps", "weight_decay", "amsgrad"})
+        expected.emplace(g + key, Shape{});
+    expected.emplace(g + "betas", Shape{2});
+    expected.emplace(g + "params", Shape{static_cast<Index>(n)});
+    check_state_keys<T>(fn, state, expected,
+                        "state.<i>.{step, exp_avg, exp_avg_sq" +
+                            std::string(options_.amsgrad ? ", max_exp_avg_sq" : "") + "} for i < " +
+                            std::to_string(n) +
+                            ", param_groups.0.{lr, betas, eps, weight_decay, amsgrad, params}");
+    check_param_indices(fn, state.at(g + "params"));
+    check_hyper_matches(fn, g + "betas[0]", state.at(g + "betas"), options_.beta1, 0);
+    check_hyper_matches(fn, g + "betas[1]", state.at(g + "betas"), options_.beta2, 1);
+    check_hyper_matches(fn, g + "eps", state.at(g + "eps"), options_.eps);
+    check_hyper_matches(fn, g + "weight_decay", state.at(g + "weight_decay"),
+                        options_.weight_decay);
+    check_hyper_matches(fn, g + "amsgrad", state.at(g + "amsgrad"), options_.amsgrad ? 1.0 : 0.0);
+    const double lr = restored_lr(fn, g + "lr", state.at(g + "lr"), options_.lr);
+    std::vector<Index> steps(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string key = "state." + std::to_string(i) + ".step";
+        const T t = state.at(key).data()[0];
+        if (!(t >= T(0) && t <= static_cast<T>(kMaxStep) && std::floor(t) == t))
+            throw_invalid_argument(fn, key,
+                                   "must be an integer in [0, " + std::to_string(kMaxStep) + "]",
+                                   exact_decimal(t));
+        steps[i] = static_cast<Index>(t);
+    }
+
+    // Everything checked: assign.
+    options_.lr = lr;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string prefix = "state." + std::to_string(i) + ".";
+        AdamState<T>& s = state_[i];
+        s.step = steps[i];
+        s.exp_avg = state.at(prefix + "exp_avg");
+        s.exp_avg_sq = state.at(prefix + "exp_avg_sq");
+        if (options_.amsgrad) s.max_exp_avg_sq = state.at(prefix + "max_exp_avg_sq");
     }
 }
 

@@ -2,10 +2,15 @@
 // SGD<T>: torch.optim.SGD (momentum, dampening, Nesterov, weight decay) over module parameters.
 #pragma once
 
-#include <algorithm>  // std::fill_n
+#include <algorithm>  // std::fill_n, std::copy_n
 #include <cmath>      // std::isfinite
 #include <cstddef>    // std::size_t
-#include <string>     // std::to_string
+#include <cstdlib>    // std::strtod
+#include <limits>     // std::numeric_limits
+#include <map>        // std::map
+#include <sstream>    // std::ostringstream
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string, std::to_string
 #include <utility>    // std::move
 #include <vector>     // std::vector
 
@@ -33,6 +38,15 @@ struct SGDOptions {
 ///   p = p - lr d
 /// The parameters are views (from Module::parameters()): the modules must outlive the optimiser
 /// and keep their parameters where they are.
+///
+/// state_dict() is torch's optimizer.state_dict() flattened into tensor names (parameter i in
+/// the order of parameters()):
+///   state.<i>.momentum_buffer      b, the parameter's shape; from the first step on, with
+///                                  momentum != 0 (as torch: before it there is no buffer)
+///   param_groups.0.lr, .momentum, .dampening, .weight_decay, .nesterov (0 or 1)   rank 0
+///   param_groups.0.params          [n]: 0, 1, ..., n - 1 (the parameters' indices, as torch)
+/// load_state_dict() restores the momentum buffers and the learning rate and checks the rest
+/// (see load_state_dict).
 template <class T>
 class SGD {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -54,10 +68,23 @@ public:
     /// The momentum buffer of parameter i (empty before the first step or without momentum).
     const Tensor<T>& momentum_buffer(std::size_t i) const { return buffers_.at(i); }
 
+    /// Copies of the momentum buffers and the options, under the names in the class comment.
+    StateDict<T> state_dict() const;
+    /// Strict load of a state_dict() of an SGD over parameters of the same shapes: a missing,
+    /// unexpected or mis-shaped entry, momentum buffers for some parameters but not all, or a
+    /// hyper-parameter that differs throws std::invalid_argument naming the entry, before
+    /// anything changes. The learning rate is restored, as torch does, so that a schedule's
+    /// current rate comes back; since the dict holds it as T, an optimiser whose own lr rounds
+    /// to the stored value keeps its own (exact) lr. momentum, dampening, weight_decay and
+    /// nesterov define the update: they are not taken from the dict (a float copy of a double
+    /// option would change the trajectory) but checked against this optimiser's, converted to T.
+    void load_state_dict(const StateDict<T>& state);
+
 private:
     std::vector<Parameter<T>> params_;
     SGDOptions options_;
     std::vector<Tensor<T>> buffers_;  // per parameter, its shape once used
+    bool has_buffers_ = false;        // a step with momentum has run: buffers_ hold b
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -66,6 +93,87 @@ namespace detail {
 inline void check_hyper(const char* fn, const char* name, double value) {
     if (!(value >= 0.0) || !std::isfinite(value))
         throw_invalid_argument(fn, name, "must be finite and non-negative", std::to_string(value));
+}
+
+/// Shortest decimal that reads back as the same R ("0.001", not "0.001000" or the float's
+/// "0.0010000000474974513").
+template <class R = double>
+std::string exact_decimal(R value) {
+    constexpr int max_digits = std::numeric_limits<R>::max_digits10;
+    for (int precision = 1; precision < max_digits; ++precision) {
+        std::ostringstream shorter;
+        shorter.precision(precision);
+        shorter << value;
+        if (static_cast<R>(std::strtod(shorter.str().c_str(), nullptr)) == value)
+            return shorter.str();
+    }
+    std::ostringstream out;
+    out.precision(max_digits);
+    out << value;
+    return out.str();
+}
+
+/// The strict-load checks shared by the optimisers. `expected` maps every key the dict must hold
+/// to its shape; every problem throws std::invalid_argument naming `fn` and the key.
+template <class T>
+void check_state_keys(const std::string& fn, const StateDict<T>& state,
+                      const std::map<std::string, Shape>& expected, const std::string& layout) {
+    for (const auto& entry : expected) {
+        const auto it = state.find(entry.first);
+        if (it == state.end())
+            throw std::invalid_argument(fn + ": " + entry.first +
+                                        ": missing from the state dict, expected shape " +
+                                        entry.second.str());
+        check_shape(fn.c_str(), entry.first.c_str(), it->second.shape(), entry.second);
+    }
+    for (const auto& entry : state)
+        if (!expected.count(entry.first))
+            throw std::invalid_argument(fn + ": " + entry.first +
+                                        ": unexpected key in the state dict (shape " +
+                                        entry.second.shape().str() + "); expected " + layout);
+}
+
+/// A rank-0 tensor holding `value`.
+template <class T>
+Tensor<T> scalar_tensor(double value) {
+    Tensor<T> t(Shape{});
+    t.data()[0] = static_cast<T>(value);
+    return t;
+}
+
+/// Throws unless the stored hyper-parameter equals this optimiser's `option` converted to T.
+template <class T>
+void check_hyper_matches(const std::string& fn, const std::string& key, const Tensor<T>& stored,
+                         double option, Index i = 0) {
+    const T want = static_cast<T>(option), got = stored.data()[i];
+    if (!(got == want))
+        throw_invalid_argument(fn, key,
+                               "must equal this optimiser's option " + exact_decimal(option),
+                               exact_decimal(got));
+}
+
+/// The learning rate load_state_dict sets: `current` when the stored value is it rounded to T,
+/// else the stored value, which must be a valid learning rate.
+template <class T>
+double restored_lr(const std::string& fn, const std::string& key, const Tensor<T>& stored,
+                   double current) {
+    const T got = stored.data()[0];
+    if (got == static_cast<T>(current)) return current;
+    const double lr = static_cast<double>(got);
+    if (!(lr >= 0.0) || !std::isfinite(lr))
+        throw_invalid_argument(fn, key, "must be finite and non-negative", exact_decimal(got));
+    return lr;
+}
+
+/// "param_groups.0.params" as torch's: the parameters' indices.
+template <class T>
+void check_param_indices(const std::string& fn, const Tensor<T>& stored) {
+    for (Index i = 0; i < stored.numel(); ++i)
+        if (!(stored.data()[i] == static_cast<T>(i)))
+            throw_invalid_argument(
+                fn, "param_groups.0.params",
+                "must hold 0, 1, ..., " + std::to_string(stored.numel() - 1),
+                exact_decimal(stored.data()[i]) + " at index " + std::to_string(i));
 }
 }  // namespace detail
 
@@ -104,7 +212,7 @@ void SGD<T>::step() {
         const T* g = params_[i].grad.data();  // [numel]
         const Index n = params_[i].value.numel();
         Tensor<T>& buf = buffers_[i];
-        const bool first = buf.numel() != n;
+        const bool first = !has_buffers_;
         if (options_.momentum != 0.0 && first) buf = Tensor<T>(params_[i].value.shape());
         for (Index j = 0; j < n; ++j) {
             T d = g[j];
@@ -117,6 +225,69 @@ void SGD<T>::step() {
             p[j] = p[j] - lr * d;
         }
     }
+    has_buffers_ = has_buffers_ || options_.momentum != 0.0;
+}
+
+template <class T>
+StateDict<T> SGD<T>::state_dict() const {
+    StateDict<T> sd;
+    if (has_buffers_)
+        for (std::size_t i = 0; i < params_.size(); ++i)
+            sd.emplace("state." + std::to_string(i) + ".momentum_buffer", buffers_[i]);
+    const std::string g = "param_groups.0.";
+    sd.emplace(g + "lr", detail::scalar_tensor<T>(options_.lr));
+    sd.emplace(g + "momentum", detail::scalar_tensor<T>(options_.momentum));
+    sd.emplace(g + "dampening", detail::scalar_tensor<T>(options_.dampening));
+    sd.emplace(g + "weight_decay", detail::scalar_tensor<T>(options_.weight_decay));
+    sd.emplace(g + "nesterov", detail::scalar_tensor<T>(options_.nesterov ? 1.0 : 0.0));
+    sd.emplace(g + "params", Tensor<T>::arange(static_cast<Index>(params_.size())));
+    return sd;
+}
+
+template <class T>
+void SGD<T>::load_state_dict(const StateDict<T>& state) {
+    const std::string fn = "headwise::SGD::load_state_dict";
+    const std::string g = "param_groups.0.";
+    const std::size_t n = params_.size();
+    std::map<std::string, Shape> expected;
+    for (const char* key : {"lr", "momentum", "dampening", "weight_decay", "nesterov"})
+        expected.emplace(g + key, Shape{});
+    expected.emplace(g + "params", Shape{static_cast<Index>(n)});
+    // Buffers exist from the first step with momentum on: for every parameter or for none.
+    bool buffers = false;
+    for (std::size_t i = 0; i < n && !buffers; ++i)
+        buffers = state.count("state." + std::to_string(i) + ".momentum_buffer") > 0;
+    if (buffers && options_.momentum == 0.0)
+        throw std::invalid_argument(fn +
+                                    ": state.<i>.momentum_buffer: unexpected without "
+                                    "momentum (this optimiser's momentum is 0)");
+    if (buffers)
+        for (std::size_t i = 0; i < n; ++i)
+            expected.emplace("state." + std::to_string(i) + ".momentum_buffer",
+                             params_[i].value.shape());
+    detail::check_state_keys<T>(
+        fn, state, expected,
+        "param_groups.0.{lr, momentum, dampening, weight_decay, "
+        "nesterov, params}" +
+            std::string(options_.momentum != 0.0 ? " and, after the first step, "
+                                                   "state.<i>.momentum_buffer for i < " +
+                                                       std::to_string(n)
+                                                 : ""));
+    detail::check_param_indices(fn, state.at(g + "params"));
+    detail::check_hyper_matches(fn, g + "momentum", state.at(g + "momentum"), options_.momentum);
+    detail::check_hyper_matches(fn, g + "dampening", state.at(g + "dampening"), options_.dampening);
+    detail::check_hyper_matches(fn, g + "weight_decay", state.at(g + "weight_decay"),
+                                options_.weight_decay);
+    detail::check_hyper_matches(fn, g + "nesterov", state.at(g + "nesterov"),
+                                options_.nesterov ? 1.0 : 0.0);
+    const double lr = detail::restored_lr(fn, g + "lr", state.at(g + "lr"), options_.lr);
+
+    // Everything checked: assign.
+    options_.lr = lr;
+    has_buffers_ = buffers;
+    for (std::size_t i = 0; i < n; ++i)
+        buffers_[i] =
+            buffers ? state.at("state." + std::to_string(i) + ".momentum_buffer") : Tensor<T>();
 }
 
 }  // namespace headwise

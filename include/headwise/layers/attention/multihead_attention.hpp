@@ -191,6 +191,11 @@ public:
     /// torch.nn.MultiheadAttention.state_dict() names and shapes, in its order.
     template <class Self, class Visit>
     static void visit_parameters(Self& m, Visit&& visit);
+    /// The generator each training forward draws its dropout key from (Module::random_state).
+    template <class Self, class Visit>
+    static void visit_random_state(Self& m, Visit&& visit) {
+        visit(m.rng_);
+    }
 
 private:
     detail::AttentionGeometry check_forward(TensorView<const T> query, TensorView<const T> key,
