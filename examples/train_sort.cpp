@@ -4,15 +4,31 @@
 //
 //   train_sort                 train until 99% of held-out sequences come out sorted (or max steps)
 //   train_sort --steps 12      a short run (what ctest runs in a Debug build)
+//
+// Checkpoints: with any of the flags below, one run (fused) that can stop and continue exactly.
+//   --checkpoint FILE   save model, optimiser, step and random state to FILE (one safetensors
+//                       file) every 100 steps and at the end
+//   --resume FILE       continue from FILE's step, on the same trajectory (same --steps and
+//                       --dropout as the run that wrote it)
+//   --stop-after K      stop after step K, as an interrupted run would
+//   --dropout P         the encoder layers' dropout (default 0), so that the random streams matter
+// e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
+// `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
+// bit for bit those of one uninterrupted run.
 #include <headwise/headwise.hpp>
+
+#if !__has_include(<nlohmann/json.hpp>)
+#error "train_sort saves checkpoints with io/safetensors.hpp, which needs nlohmann/json"
+#endif
 
 #include <algorithm>  // std::sort, std::max
 #include <chrono>     // std::chrono::steady_clock
-#include <cmath>      // std::abs, std::cos
+#include <cmath>      // std::abs, std::cos, std::isfinite
 #include <cstdint>    // std::int64_t
-#include <cstdio>     // std::printf
-#include <cstdlib>    // std::atoi
+#include <cstdio>     // std::printf, std::fprintf
+#include <cstdlib>    // std::atoi, std::atof
 #include <cstring>    // std::strcmp
+#include <exception>  // std::exception
 #include <set>        // std::set
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -139,22 +155,30 @@ double sequence_accuracy(SortModel& model, const Batch& held_out) {
 }
 
 struct Run {
-    std::vector<double> losses;
+    std::vector<double> losses;  // of the steps this process ran
     double accuracy = 0.0;
     double seconds = 0.0;
-    int steps = 0;
+    int steps = 0;  // the last step's number
+};
+
+/// Checkpointing: where to save and resume from ("" for neither), and the dropout.
+struct Resumable {
+    std::string checkpoint, resume;
+    double dropout = 0.0;
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
 /// stopping once the held-out sequence accuracy reaches `target` (checked every `every` steps)
-/// or after `stop_after` steps.
+/// or after `stop_after` steps. With `r.resume`, the model, optimiser, data generator and
+/// dropout streams start from that checkpoint and training from the step after its step.
 Run train(headwise::Projection projection, int max_steps, int stop_after, double target, int every,
-          bool verbose, const Batch& held_out, const std::set<std::int64_t>& held_out_codes) {
+          bool verbose, const Batch& held_out, const std::set<std::int64_t>& held_out_codes,
+          const Resumable& r = {}) {
     headwise::TransformerEncoderLayerOptions o;
     o.d_model = 64;
     o.nhead = 4;
     o.dim_feedforward = 128;
-    o.dropout = 0.0;
+    o.dropout = r.dropout;
     o.projection = projection;
     headwise::Generator init_rng(1), data_rng(2);
     SortModel model(o, /*num_layers=*/2, init_rng);
@@ -166,12 +190,34 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
     const int warmup = std::min(100, std::max(1, max_steps / 10));
     const Index B = 64;
 
+    // Everything the next step depends on: weights, moments, step, and where the generators are
+    // (the batches' and the dropout masks'). The learning rate follows from the step.
+    auto save = [&](int step) {
+        headwise::io::Checkpoint<T> c;
+        c.model = model.state_dict();
+        c.optimiser = opt.state_dict();
+        c.model_random = model.random_state();
+        c.step = static_cast<std::uint64_t>(step);
+        c.integers["data_rng"] = headwise::generator_state(data_rng);
+        headwise::io::save_checkpoint(r.checkpoint, c);
+    };
+    int first = 1;
+    if (!r.resume.empty()) {
+        const headwise::io::Checkpoint<T> c = headwise::io::load_checkpoint<T>(r.resume);
+        model.load_state_dict(c.model);  // before the optimiser's: it holds views of the model
+        opt.load_state_dict(c.optimiser);
+        model.load_random_state(c.model_random);
+        headwise::set_generator_state(data_rng, c.integers.at("data_rng"));
+        first = static_cast<int>(c.step) + 1;
+        std::printf("resumed from %s at step %d\n", r.resume.c_str(), first - 1);
+    }
+
     Run run;
     const auto start = std::chrono::steady_clock::now();
     auto elapsed = [&] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
-    for (int step = 1; step <= stop_after; ++step) {
+    for (int step = first; step <= stop_after; ++step) {
         // Linear warm-up, then cosine decay to a tenth.
         const double progress = static_cast<double>(step) / max_steps;
         opt.set_lr(ao.lr * std::min(1.0, static_cast<double>(step) / warmup) *
@@ -185,13 +231,18 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
         opt.step();
         run.losses.push_back(loss.value);
         run.steps = step;
-        if (step % every == 0 || step == stop_after) {
+        const bool last = step == stop_after;
+        if (!r.checkpoint.empty() && (step % 100 == 0 || last)) save(step);
+        if (step % every == 0 || last) {
             run.accuracy = sequence_accuracy(model, held_out);
             if (verbose)
                 std::printf(
                     "step %5d  loss %.4f  held-out sequence accuracy %.4f  elapsed %.1f s\n", step,
                     loss.value, run.accuracy, elapsed());
-            if (run.accuracy >= target) break;
+            if (step % every == 0 && run.accuracy >= target) {
+                if (!r.checkpoint.empty()) save(step);
+                break;
+            }
         }
     }
     run.seconds = elapsed();
@@ -201,9 +252,31 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
 }  // namespace
 
 int main(int argc, char** argv) {
-    int max_steps = 3000;
-    for (int i = 1; i + 1 < argc; ++i)
-        if (std::strcmp(argv[i], "--steps") == 0) max_steps = std::atoi(argv[i + 1]);
+    int max_steps = 3000, stop_after = 0;
+    Resumable r;
+    for (int i = 1; i < argc; ++i) {
+        const bool has_value = i + 1 < argc;
+        if (has_value && std::strcmp(argv[i], "--steps") == 0) {
+            max_steps = std::atoi(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--stop-after") == 0) {
+            stop_after = std::atoi(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--dropout") == 0) {
+            r.dropout = std::atof(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--checkpoint") == 0) {
+            r.checkpoint = argv[++i];
+        } else if (has_value && std::strcmp(argv[i], "--resume") == 0) {
+            r.resume = argv[++i];
+        } else {
+            std::fprintf(stderr,
+                         "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
+                         "[--stop-after K] [--dropout P]\n");
+            return 2;
+        }
+    }
+    if (max_steps < 1 || stop_after < 0 || stop_after > max_steps) {
+        std::fprintf(stderr, "train_sort: need 0 < --steps and 0 <= --stop-after <= --steps\n");
+        return 2;
+    }
     const bool full = max_steps >= 1000;
 
     // Held-out sequences the training batches never contain (fewer for a short run).
@@ -215,6 +288,23 @@ int main(int argc, char** argv) {
 
     std::printf("sorting %d digits: 2 encoder layers (d_model 64, 4 heads), AdamW, batch 64\n",
                 static_cast<int>(kLength));
+    if (stop_after || !r.checkpoint.empty() || !r.resume.empty() || r.dropout != 0.0) {
+        // One run that may stop, save and continue; no per_head comparison, which needs the
+        // whole loss curve of one process.
+        try {
+            const Run run =
+                train(headwise::Projection::fused, max_steps, stop_after ? stop_after : max_steps,
+                      0.99, full ? 100 : max_steps, true, held_out, held_out_codes, r);
+            bool finite = true;
+            for (double loss : run.losses) finite = finite && std::isfinite(loss);
+            std::printf("step %d, held-out sequence accuracy %.4f, %.1f s\n%s\n", run.steps,
+                        run.accuracy, run.seconds, finite ? "ok" : "FAILED");
+            return finite ? 0 : 1;
+        } catch (const std::exception& e) {  // a missing or foreign checkpoint file, a full disk
+            std::fprintf(stderr, "train_sort: %s\n", e.what());
+            return 1;
+        }
+    }
     const Run fused = train(headwise::Projection::fused, max_steps, max_steps, 0.99,
                             full ? 100 : max_steps, true, held_out, held_out_codes);
     std::printf("fused: %d steps, held-out sequence accuracy %.4f, %.1f s\n", fused.steps,
