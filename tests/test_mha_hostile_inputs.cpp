@@ -320,7 +320,7 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
     // is added, so that the list below gets a line for it.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel] = MultiheadAttentionOptions{};
+                                  attention_kernel, attention_tiles] = MultiheadAttentionOptions{};
     const std::string fn = "headwise::MultiheadAttention::backward: ";
     MhaConfig c;
     c.E = 8;
@@ -367,6 +367,11 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
         {"attention_kernel",
          [](MultiheadAttentionOptions& o) { o.attention_kernel = AttentionKernel::blocked; },
          nullptr},
+        {"attention_tiles",
+         [](MultiheadAttentionOptions& o) {
+             o.attention_tiles = {2, 3};
+         },
+         nullptr},
     };
     for (const Case& k : cases) {
         CAPTURE(k.field);
@@ -380,8 +385,8 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
                                                        "options (" +
                                                        k.message + ")");
         } else {
-            // The forward's projection, kernel and input copies are saved with it; backward
-            // walks them back whatever this module would choose.
+            // The forward's projection, kernel, tiles and input copies are saved with it;
+            // backward walks them back whatever this module would choose.
             const auto g = m.backward(f, dy);
             HEADWISE_CHECK_CLOSE(g.query, expected.query, 1e-12);
             HEADWISE_CHECK_CLOSE(g.key, expected.key, 1e-12);
