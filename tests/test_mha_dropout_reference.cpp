@@ -5,6 +5,7 @@
 #include <headwise/headwise.hpp>
 
 #include <algorithm>  // std::max
+#include <cmath>      // std::abs, std::sqrt
 #include <map>        // std::map
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -142,13 +143,23 @@ TEMPLATE_TEST_CASE(
                 m.load_state_dict(sd);
 
                 const AttentionForward<T> f = m.forward(d.q, d.key(), d.value(), d.masks);
+                // The mask of the configuration's p (dropout_factors_of), in the forward's stream.
                 const std::vector<double> dropout = test::dropout_factors_of(f, cfg);
-                Index dropped = 0;
+                // It drops about a fraction p: within 4 standard deviations of the binomial.
+                const auto n = static_cast<double>(dropout.size());
+                double dropped = 0.0;
                 for (double x : dropout) dropped += x == 0.0;
-                CHECK(dropped > 0);  // the mask really drops something here
+                CAPTURE(dropped, n);
+                CHECK(dropped > 0.0);
+                CHECK(std::abs(dropped / n - cfg.dropout) <=
+                      4.0 * std::sqrt(cfg.dropout * (1.0 - cfg.dropout) / n));
                 const test::ReferenceAttention r = test::run_reference(cfg, m64, d64, &dropout);
                 HEADWISE_CHECK_CLOSE(f.output, Tensor<double>(f.output.shape(), r.output),
                                      Tol<T>::rel);
+                // And the dropout shows: the output is far from the reference without it.
+                const test::ReferenceAttention r0 = test::run_reference(cfg, m64, d64);
+                CHECK(test::scaled_difference(f.output, Tensor<double>(f.output.shape(), r0.output))
+                          .rel > 1e-2);
                 HEADWISE_CHECK_CLOSE(f.attn_weights, test::reference_weights(cfg, r), Tol<T>::rel);
 
                 std::mt19937_64 rng(10);

@@ -54,14 +54,17 @@ inline std::vector<double> dropout_factors(const ops::Dropout& dropout, Index B,
     return f;
 }
 
-/// The dropout factors of a training-mode forward of `m` under configuration `c` (all ones when
-/// no dropout was drawn).
+/// The dropout factors a forward under configuration `c` must have applied: in training mode the
+/// mask of the test's p, c.dropout (not the p the module saved: a module that skipped or changed
+/// dropout would check itself), in the stream of the key the forward drew from the module's
+/// generator; all ones in eval mode.
 template <class T>
 std::vector<double> dropout_factors_of(const AttentionForward<T>& f, const MhaConfig& c) {
     const Index B = c.batched ? c.B : 1;
     const Index S = c.inputs == Inputs::self ? c.L : c.S;
     const Index Sx = S + (c.bias_kv ? 1 : 0) + (c.zero_attn ? 1 : 0);
-    const ops::Dropout d = f.saved ? f.saved->call().dropout : ops::Dropout{};
+    const ops::Dropout d =
+        f.saved ? ops::Dropout{c.dropout, f.saved->call().dropout.seed} : ops::Dropout{};
     return dropout_factors(d, B, c.H, c.L, Sx);
 }
 
