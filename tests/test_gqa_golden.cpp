@@ -12,18 +12,16 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/tolerance.hpp"
 
 using headwise::Index;
 using headwise::Projection;
 using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::GoldenCase;
+using headwise::test::kGoldenTolerance;
 
 namespace {
-
-// As in test_mha_golden.cpp: PyTorch computed in float64; float carries its own rounding.
-constexpr double kToleranceDouble = 1e-10;
-constexpr double kToleranceFloat = 1e-4;
 
 template <class T>
 Tensor<T> cast(const Tensor<double>& t) {
@@ -109,14 +107,15 @@ TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
     CAPTURE(name, headwise::to_string(projection));
-    check_case<double>(headwise::test::load_golden_case(name, "gqa"), projection, kToleranceDouble);
+    check_case<double>(headwise::test::load_golden_case(name, "gqa"), projection,
+                       kGoldenTolerance<double>);
 }
 
 TEST_CASE("grouped-query attention reproduces PyTorch 1.13 in float", "[gqa][golden]") {
-    const std::string name = GENERATE(as<std::string>{}, "gqa_bias_kv_zero_attn_padding",
-                                      "gqa_kdim_vdim", "gqa_bottom_right_scale_padding");
+    const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
     CAPTURE(name, headwise::to_string(projection));
-    check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection, kToleranceFloat);
+    check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection,
+                      kGoldenTolerance<float>);
 }

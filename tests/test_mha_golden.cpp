@@ -22,16 +22,14 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::GoldenCase;
-using headwise::test::Tol;
+using headwise::test::kGoldenTolerance;
 
 namespace {
 
-// Largest |headwise - PyTorch| over a tensor, relative to the tensor's largest |PyTorch| value.
-// PyTorch computed in float64, so in double only rounding separates the two; float carries its
-// own rounding (about 6e-8 per operation) through a few dozen operations, and is held to the
-// suite's float tolerance (Tol<float>::rel) like every other float test.
-constexpr double kToleranceDouble = 1e-10;
-constexpr double kToleranceFloat = Tol<float>::rel;
+// Largest |headwise - PyTorch| over a tensor, relative to the tensor's largest |PyTorch| value
+// (support/tolerance.hpp says why these bounds).
+constexpr double kToleranceDouble = kGoldenTolerance<double>;
+constexpr double kToleranceFloat = kGoldenTolerance<float>;
 
 template <class T>
 Tensor<T> cast(const Tensor<double>& t) {

@@ -16,6 +16,7 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
 using namespace headwise;
@@ -69,11 +70,6 @@ TransformerEncoderLayerOptions options_of(const EncoderCase& c) {
     return o;
 }
 
-template <class T>
-constexpr double golden_tol() {
-    return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gradient",
@@ -95,14 +91,14 @@ TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gr
     masks.attn_mask = c.attn_mask;
     masks.key_padding_mask = c.key_padding_mask;
     const auto f = layer.forward(cast<T>(c.x), masks);
-    HEADWISE_CHECK_CLOSE(f.output, c.output, golden_tol<T>());
+    HEADWISE_CHECK_CLOSE(f.output, c.output, test::kGoldenTolerance<T>);
     const Tensor<T> dx = layer.backward(f, cast<T>(c.grad_output));
-    HEADWISE_CHECK_CLOSE(dx, c.grad_x, golden_tol<T>());
+    HEADWISE_CHECK_CLOSE(dx, c.grad_x, test::kGoldenTolerance<T>);
     const StateDict<T> grads = layer.grad_dict();
     REQUIRE(grads.size() == c.grads.size());
     for (const auto& entry : c.grads) {
         CAPTURE(entry.first);
-        HEADWISE_CHECK_CLOSE(grads.at(entry.first), entry.second, golden_tol<T>());
+        HEADWISE_CHECK_CLOSE(grads.at(entry.first), entry.second, test::kGoldenTolerance<T>);
     }
 }
 
