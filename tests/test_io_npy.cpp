@@ -2,9 +2,13 @@
 // Tests of io/npy.hpp: files written by NumPy, round trips, byte-exact output, and every rejection.
 #include <headwise/io/npy.hpp>
 
+#include <algorithm>    // std::min, std::sort
+#include <cerrno>       // errno, ENOSPC
 #include <cmath>        // std::isnan, std::signbit, std::isinf
-#include <cstring>      // std::memcmp
-#include <filesystem>   // std::filesystem::path, exists
+#include <cstddef>      // std::size_t, std::ptrdiff_t
+#include <cstdint>      // std::uint32_t, std::uint64_t
+#include <cstring>      // std::memcmp, std::memcpy
+#include <filesystem>   // std::filesystem::path, exists, directory_iterator, permissions
 #include <fstream>      // std::ifstream, std::ofstream
 #include <iterator>     // std::istreambuf_iterator
 #include <limits>       // std::numeric_limits
@@ -12,6 +16,7 @@
 #include <stdexcept>    // std::runtime_error, std::invalid_argument
 #include <string>       // std::string
 #include <type_traits>  // std::conditional_t, std::is_same_v
+#include <vector>       // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
@@ -342,6 +347,13 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
         REQUIRE_THROWS_MATCHES(
             load(npy_file(trailing, f8x3)), std::runtime_error,
             Message(malformed(path, "unexpected characters after '}'", 58, trailing)));
+
+        // Bytes after a NUL are read too: only the padding may follow the dict.
+        const std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }";
+        REQUIRE_THROWS_MATCHES(load(npy_file(dict + std::string("\0garbage", 8), f8x3)),
+                               std::runtime_error,
+                               Message(malformed(path, "unexpected characters after '}'",
+                                                 dict.size(), dict + "?garbage")));
     }
     SECTION("data shorter or longer than the header says") {
         const std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }";
@@ -378,6 +390,13 @@ TEST_CASE("load_npy explains corrupted files", "[io][npy]") {
             "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 2), }";
         REQUIRE_THROWS_MATCHES(load(npy_file(wide, "")), std::runtime_error,
                                Message(malformed(path, what, wide.find(')'), wide)));
+        // The element count fits, the byte count does not.
+        const std::string bytes =
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693953,), }";
+        REQUIRE_THROWS_MATCHES(
+            load(npy_file(bytes, f8x3)), std::runtime_error,
+            Message(prefix +
+                    "the byte count of shape [2305843009213693953] of '<f8' overflows 64 bits"));
     }
     SECTION("bool bytes other than 0 and 1") {
         write_bytes(path, npy_file("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
@@ -403,7 +422,122 @@ TEST_CASE("save_npy reports a path it cannot write", "[io][npy]") {
     ScratchDir dir("test_io_npy-unwritable");
     const std::string path = (dir.path() / "missing_dir" / "t.npy").string();
     REQUIRE_THROWS_MATCHES(headwise::save_npy(path, Tensor<float>(Shape{2})), std::runtime_error,
-                           Message("headwise::save_npy: " + path + ": cannot open for writing"));
+                           Message("headwise::save_npy: " + path +
+                                   ": cannot open for writing (creating a temporary file beside "
+                                   "it: No such file or directory)"));
+    const std::string directory = dir.file("sub");
+    std::filesystem::create_directory(directory);
+    REQUIRE_THROWS_MATCHES(headwise::save_npy(directory, Tensor<float>(Shape{2})),
+                           std::runtime_error,
+                           Message("headwise::save_npy: " + directory + ": is a directory"));
+    REQUIRE(std::filesystem::is_empty(directory));
+    REQUIRE(std::distance(std::filesystem::directory_iterator(dir.path()),
+                          std::filesystem::directory_iterator()) == 1);
+}
+
+namespace {
+
+/// A writer standing for a device that fills up: it accepts `budget` bytes, at most `chunk` per
+/// call (short writes, which the saver must continue), then fails with ENOSPC.
+struct FillingDevice {
+    std::size_t budget;
+    std::size_t chunk = ~std::size_t{0};
+    std::ptrdiff_t operator()(int fd, const void* data, std::size_t size) {
+        if (budget == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        const std::ptrdiff_t n =
+            headwise::detail::SystemWrite()(fd, data, std::min({size, budget, chunk}));
+        if (n > 0) budget -= static_cast<std::size_t>(n);
+        return n;
+    }
+};
+
+/// The names in `dir`, sorted.
+std::vector<std::string> listing(const std::filesystem::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+}  // namespace
+
+TEST_CASE("a save_npy that fails part way leaves the previous file byte-identical",
+          "[io][npy][atomic]") {
+    ScratchDir dir("test_io_npy-atomic");
+    const std::string path = dir.file("t.npy");
+    headwise::Generator rng(5);
+    headwise::save_npy(path, Tensor<double>::randn(Shape{3, 4}, rng));
+    const std::string before = read_bytes(path);
+    const auto next = Tensor<double>::randn(Shape{100, 200}, rng);  // 160 KB: several buffers
+    for (const std::size_t budget :
+         {std::size_t{0}, std::size_t{64}, std::size_t{100000}, std::size_t{160127}}) {
+        CAPTURE(budget);
+        REQUIRE_THROWS_MATCHES(
+            headwise::detail::npy::save<double>(path, next.view(), FillingDevice{budget, 5000}),
+            std::runtime_error,
+            Message("headwise::save_npy: " + path + ": write failed after " +
+                    std::to_string(budget) +
+                    " bytes (No space left on device); the file is unchanged"));
+        REQUIRE(read_bytes(path) == before);
+        REQUIRE(listing(dir.path()) == std::vector<std::string>{"t.npy"});
+    }
+    // Short writes alone are no failure.
+    headwise::detail::npy::save<double>(path, next.view(), FillingDevice{~std::size_t{0}, 999});
+    require_identical(headwise::load_npy<double>(path), next);
+    REQUIRE(read_bytes(path).size() == 160128);
+    REQUIRE(listing(dir.path()) == std::vector<std::string>{"t.npy"});
+}
+
+TEST_CASE("save_npy replaces the file and keeps its permissions", "[io][npy][atomic]") {
+    ScratchDir dir("test_io_npy-replace");
+    const std::string path = dir.file("t.npy");
+    headwise::save_npy(path, Tensor<float>(Shape{2}));
+    namespace fs = std::filesystem;
+    const auto perms = fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read;
+    fs::permissions(path, perms);
+    const Tensor<float> next(Shape{3}, {1.0f, 2.0f, 3.0f});
+    headwise::save_npy(path, next);
+    require_identical(headwise::load_npy<float>(path), next);
+    REQUIRE(fs::status(path).permissions() == perms);
+    REQUIRE(listing(dir.path()) == std::vector<std::string>{"t.npy"});
+}
+
+TEST_CASE("NaN payloads and signalling NaNs load and save bit for bit in .npy files", "[io][npy]") {
+    ScratchDir dir("test_io_npy-nan");
+    const std::vector<std::uint32_t> f32 = {0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0x7fc12345u};
+    const std::vector<std::uint64_t> f64 = {0x7ff0000000000001ull, 0xfff8000000000001ull,
+                                            0x7ff7ffffffffffffull, 0x7ff8123456789abcull};
+    std::string data4, data8;
+    for (const std::uint32_t b : f32)
+        for (int k = 0; k < 4; ++k) data4 += static_cast<char>(b >> (8 * k));
+    for (const std::uint64_t b : f64)
+        for (int k = 0; k < 8; ++k) data8 += static_cast<char>(b >> (8 * k));
+    write_bytes(dir.file("f4.npy"),
+                npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", data4));
+    write_bytes(dir.file("f8.npy"),
+                npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", data8));
+
+    const auto f = headwise::load_npy<float>(dir.file("f4.npy"));
+    const auto d = headwise::load_npy<double>(dir.file("f8.npy"));
+    for (std::size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);
+        std::uint32_t b32;
+        std::memcpy(&b32, f.data() + i, 4);
+        REQUIRE(b32 == f32[i]);
+        std::uint64_t b64;
+        std::memcpy(&b64, d.data() + i, 8);
+        REQUIRE(b64 == f64[i]);
+    }
+    headwise::save_npy(dir.file("f4_out.npy"), f);
+    headwise::save_npy(dir.file("f8_out.npy"), d);
+    const std::string out4 = read_bytes(dir.file("f4_out.npy"));
+    const std::string out8 = read_bytes(dir.file("f8_out.npy"));
+    REQUIRE(out4.substr(out4.size() - 16) == data4);
+    REQUIRE(out8.substr(out8.size() - 32) == data8);
 }
 
 TEST_CASE("load_npy_dict and save_npy_dict keep PyTorch's state-dict keys", "[io][npy]") {

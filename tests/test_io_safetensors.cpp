@@ -3,13 +3,19 @@
 // validation of malformed files (messages asserted word for word).
 #include <headwise/io/safetensors.hpp>
 
-#include <cmath>      // std::isinf
-#include <cstdint>    // std::uint8_t
-#include <fstream>    // std::ofstream
-#include <map>        // std::map
-#include <stdexcept>  // std::runtime_error
-#include <string>     // std::string
-#include <vector>     // std::vector
+#include <algorithm>   // std::min, std::sort
+#include <cerrno>      // errno, ENOSPC
+#include <cmath>       // std::isinf
+#include <cstddef>     // std::size_t, std::ptrdiff_t
+#include <cstdint>     // std::uint8_t, std::uint32_t, std::uint64_t
+#include <cstring>     // std::memcpy, std::memcmp
+#include <filesystem>  // std::filesystem::exists, is_empty, directory_iterator
+#include <fstream>     // std::ifstream, std::ofstream
+#include <iterator>    // std::istreambuf_iterator
+#include <map>         // std::map
+#include <stdexcept>   // std::runtime_error, std::invalid_argument
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
@@ -76,14 +82,45 @@ TEMPLATE_TEST_CASE("save_safetensors then load_safetensors gives the tensors bac
 TEST_CASE("F16, BF16, F32 and F64 entries read as the exact values", "[io][safetensors]") {
     const std::string path = (test::golden_dir() / "safetensors" / "dtypes.safetensors").string();
     const auto sd = io::load_safetensors<double>(path);
-    for (const char* dtype : {"F16", "BF16", "F32", "F64"}) {
+    // The expected.x.* twins are F64 themselves, so F64 is checked first against values known
+    // without the reader: the generator writes i / 7 (correctly rounded in Python and C++ alike)
+    // and the bit patterns below, which tests/golden/make_safetensors_golden.py lists as well.
+    for (const char* name : {"x.F64", "expected.x.F64"}) {
+        CAPTURE(name);
+        const Tensor<double>& x = sd.at(name);
+        REQUIRE(x.shape() == Shape{2, 5});
+        for (Index i = 0; i < x.numel(); ++i) CHECK(x.data()[i] == static_cast<double>(i) / 7.0);
+    }
+    const std::uint64_t bits_f64[] = {0x3FC2492492492492, 0x8000000000000000, 0x0000000000000001,
+                                      0x7FEFFFFFFFFFFFFF, 0x7FF0000000000000, 0x7FF0000000000001,
+                                      0xFFF8000000000001, 0x7FF7FFFFFFFFFFFF};
+    const std::uint32_t bits_f32[] = {0x3E124925, 0x80000000, 0x00000001, 0x7F7FFFFF,
+                                      0x7F800000, 0x7F800001, 0xFFC00001, 0x7FBFFFFF};
+    const auto f = io::load_safetensors<float>(path);
+    REQUIRE(sd.at("bits.F64").shape() == Shape{8});
+    REQUIRE(f.at("bits.F32").shape() == Shape{8});
+    for (Index i = 0; i < 8; ++i) {
+        CAPTURE(i);
+        std::uint64_t b64;
+        std::memcpy(&b64, sd.at("bits.F64").data() + i, 8);
+        CHECK(b64 == bits_f64[i]);
+        std::uint32_t b32;
+        std::memcpy(&b32, f.at("bits.F32").data() + i, 4);
+        CHECK(b32 == bits_f32[i]);
+    }
+    std::uint64_t seventh;
+    std::memcpy(&seventh, sd.at("x.F64").data() + 1, 8);
+    CHECK(seventh == bits_f64[0]);  // 1 / 7
+
+    for (const char* dtype : {"F16", "BF16", "F32"}) {
         CAPTURE(dtype);
         const Tensor<double>& x = sd.at(std::string("x.") + dtype);
         const Tensor<double>& expected = sd.at(std::string("expected.x.") + dtype);
         REQUIRE(x.shape() == expected.shape());
         for (Index i = 0; i < x.numel(); ++i) CHECK(x.data()[i] == expected.data()[i]);
     }
-    const auto f = io::load_safetensors<float>(path);
+    for (Index i = 0; i < 10; ++i)  // F32 of i / 7: the double rounded once to float
+        CHECK(f.at("x.F32").data()[i] == static_cast<float>(static_cast<double>(i) / 7.0));
     CHECK(std::isinf(f.at("x.F16").data()[8]));
     CHECK(f.at("x.F16").data()[7] == 5.960464477539063e-08f);  // the smallest subnormal half
 }
@@ -131,10 +168,290 @@ TEST_CASE("malformed safetensors files throw errors naming the file and the entr
                          R"("data_offsets":[0,8]}})",
                          8)) ==
           kFn +
-              "entry 'a': data_offsets [0, 8] hold 8 bytes, but F32 [4294967296, 4294967296, "
-              "4294967296] needs more than 2^64");
+              "entry 'a': the byte count of F32 [4294967296, 4294967296, 4294967296] overflows "
+              "64 bits");
     CHECK_THROWS_MATCHES(io::load_safetensors<float>("/nonexistent/x.safetensors"),
                          std::runtime_error,
                          Message("headwise::io::load_safetensors: /nonexistent/x.safetensors: "
                                  "cannot open the file"));
+}
+
+TEST_CASE("a header nested 100,000 deep is rejected with a short message",
+          "[io][safetensors][errors]") {
+    // 200 KB of brackets, far under the header limit: an error message that printed the value
+    // recursively overflowed the stack.
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})",
+                         0)) == kFn + "entry 'a': JSON nested deeper than 16 levels");
+    CHECK(error_of(image(R"({"__metadata__":{"k":)" + deep + "}}", 0)) ==
+          kFn + "entry '__metadata__': JSON nested deeper than 16 levels");
+    CHECK(error_of(image(deep, 0)) == kFn + "JSON nested deeper than 16 levels");
+    // Up to the limit the usual checks speak.
+    const std::string sixteen = std::string(14, '[') + std::string(14, ']');
+    CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":)" + sixteen + R"(,"data_offsets":[0,0]}})",
+                         0)) ==
+          kFn + "entry 'a': shape holds [[[[[[[[[[[[[]]]]]]]]]]]]], not a non-negative integer");
+    const std::string seventeen = std::string(15, '[') + std::string(15, ']');
+    CHECK(error_of(image(
+              R"({"a":{"dtype":"F32","shape":)" + seventeen + R"(,"data_offsets":[0,0]}})", 0)) ==
+          kFn + "entry 'a': JSON nested deeper than 16 levels");
+}
+
+TEST_CASE("no error message echoes more than a few hundred bytes of the file",
+          "[io][safetensors][errors]") {
+    const std::string mb(1 << 20, 'x');
+    const std::string quoted = "\"" + mb + "\"";
+    const std::vector<std::string> headers = {
+        R"({"a":{"dtype":)" + quoted + R"(,"shape":[2],"data_offsets":[0,8]}})",
+        R"({"a":{"dtype":"F32","shape":[)" + quoted + R"(],"data_offsets":[0,8]}})",
+        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[)" + quoted + R"(,8]}})",
+        R"({"a":{"dtype":"F32","shape":[[)" + std::string(1 << 20, '1') +
+            R"(]],"data_offsets":[0,8]}})",
+        "{" + quoted + R"(:{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+        R"({"__metadata__":{"k":[)" + quoted + "]}}",
+        R"({"__metadata__":{)" + quoted + ":1}}",
+        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],)" + quoted + ":" + quoted + "}," +
+            quoted + ":" + quoted + "}",
+    };
+    for (std::size_t i = 0; i < headers.size(); ++i) {
+        CAPTURE(i);
+        const std::string message = error_of(image(headers[i], 8));
+        CHECK(message.compare(0, kFn.size(), kFn) == 0);
+        CHECK(message.size() < kFn.size() + 250);
+    }
+    CHECK(
+        error_of(image(headers[1], 8)) ==
+        kFn +
+            "entry 'a': shape holds \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+            "xxxxxxxxxxxxxxxxxxx..., not a non-negative integer");
+}
+
+TEST_CASE("only spaces may follow the header's JSON object", "[io][safetensors][errors]") {
+    const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    CHECK(error_of(image(ok + "      ", 8)) == "no error");  // the format's padding
+    CHECK(error_of(image(ok + std::string("\0garbage", 8), 8)) ==
+          kFn +
+              "header has a NUL byte at offset 54 (only spaces may pad the header after its "
+              "JSON object)");
+    CHECK(error_of(image(ok + std::string("  \0\0\0\0", 6), 8)) ==
+          kFn +
+              "header has a NUL byte at offset 56 (only spaces may pad the header after its "
+              "JSON object)");
+    CHECK(error_of(image(ok + "\n", 8)) ==
+          kFn + "header has bytes other than spaces after its JSON object");
+    CHECK(error_of(image(ok + " x", 8)) == kFn + "header is not valid JSON");
+}
+
+TEST_CASE("a name declared twice is rejected, naming it", "[io][safetensors][errors]") {
+    CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                         8)) == kFn + "entry 'a': declared twice");
+    CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                         8)) == kFn + "entry 'a': declared twice");
+    CHECK(error_of(image(R"({"a":{"dtype":"F64","shape":[1],"dtype":"F32","data_offsets":[0,8]}})",
+                         8)) == kFn + "entry 'a': has the key 'dtype' twice");
+    CHECK(error_of(image(R"({"__metadata__":{"k":"1","k":"2"}})", 0)) ==
+          kFn + "entry '__metadata__': has the key 'k' twice");
+    CHECK(error_of(image(R"({"__metadata__":{},"__metadata__":{}})", 0)) ==
+          kFn + "entry '__metadata__': declared twice");
+}
+
+TEST_CASE("a shape whose byte count overflows says so", "[io][safetensors][errors]") {
+    // 2^62 + 1 elements of 4 bytes: the product wraps to 4, which matched the offsets.
+    CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":[4611686018427387905],)"
+                         R"("data_offsets":[0,4]}})",
+                         4)) ==
+          kFn + "entry 'a': the byte count of F32 [4611686018427387905] overflows 64 bits");
+    CHECK(error_of(image(R"({"a":{"dtype":"F64","shape":[2305843009213693952, 4],)"
+                         R"("data_offsets":[0,0]}})",
+                         0)) ==
+          kFn + "entry 'a': the byte count of F64 [2305843009213693952, 4] overflows 64 bits");
+}
+
+TEST_CASE("loading a directory names the function and the path", "[io][safetensors][errors]") {
+    const ScratchDir dir("safetensors-directory");
+    const std::string path = dir.path().string();
+    CHECK_THROWS_MATCHES(io::load_safetensors<float>(path), std::runtime_error,
+                         Message("headwise::io::load_safetensors: " + path + ": is a directory"));
+    CHECK_THROWS_MATCHES(io::load_safetensors<float>(path, "encoder."), std::runtime_error,
+                         Message("headwise::io::load_safetensors: " + path + ": is a directory"));
+}
+
+TEST_CASE("NaN payloads and signalling NaNs load and save bit for bit", "[io][safetensors]") {
+    // F32: a signalling NaN (quiet bit clear), a negative quiet NaN with a payload, the largest
+    // signalling payload, a quiet NaN with a payload; F64 likewise.
+    const std::vector<std::uint32_t> f32 = {0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0x7fc12345u};
+    const std::vector<std::uint64_t> f64 = {0x7ff0000000000001ull, 0xfff8000000000001ull,
+                                            0x7ff7ffffffffffffull, 0x7ff8123456789abcull};
+    std::string data;
+    for (const std::uint32_t b : f32)
+        for (int k = 0; k < 4; ++k) data += static_cast<char>(b >> (8 * k));
+    for (const std::uint64_t b : f64)
+        for (int k = 0; k < 8; ++k) data += static_cast<char>(b >> (8 * k));
+    std::string header = R"({"d":{"dtype":"F64","shape":[4],"data_offsets":[16,48]},)"
+                         R"("f":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+    std::vector<std::uint8_t> bytes = image(header, 0);
+    bytes.insert(bytes.end(), data.begin(), data.end());
+
+    const auto as_float = io::parse_safetensors<float>(bytes.data(), bytes.size());
+    const auto as_double = io::parse_safetensors<double>(bytes.data(), bytes.size());
+    for (std::size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);
+        std::uint32_t b32;
+        std::memcpy(&b32, as_float.at("f").data() + i, 4);
+        CHECK(b32 == f32[i]);
+        std::uint64_t b64;
+        std::memcpy(&b64, as_double.at("d").data() + i, 8);
+        CHECK(b64 == f64[i]);
+    }
+
+    const ScratchDir dir("safetensors-nan");
+    io::save_safetensors(dir.file("f.safetensors"),
+                         std::map<std::string, Tensor<float>>{{"f", as_float.at("f")}});
+    io::save_safetensors(dir.file("d.safetensors"),
+                         std::map<std::string, Tensor<double>>{{"d", as_double.at("d")}});
+    const auto tail = [](const std::string& path, std::size_t n) {
+        std::ifstream in(path, std::ios::binary);
+        const std::string all((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+        return all.substr(all.size() - n);
+    };
+    CHECK(tail(dir.file("f.safetensors"), 16) == data.substr(0, 16));
+    CHECK(tail(dir.file("d.safetensors"), 32) == data.substr(16));
+    const auto back = io::load_safetensors<float>(dir.file("f.safetensors"));
+    CHECK(std::memcmp(back.at("f").data(), data.data(), 16) == 0);
+}
+
+TEST_CASE("save_safetensors rejects names and metadata that are not UTF-8, writing nothing",
+          "[io][safetensors][errors]") {
+    const ScratchDir dir("safetensors-utf8");
+    const std::string path = dir.file("m.safetensors");
+    const std::string fn = "headwise::io::save_safetensors: " + path + ": ";
+    const std::map<std::string, Tensor<float>> bad_name{{"w\xff", Tensor<float>(Shape{2})}};
+    CHECK_THROWS_MATCHES(io::save_safetensors(path, bad_name), std::invalid_argument,
+                         Message(fn + "entry 'w?': the name is not valid UTF-8 (byte 1)"));
+    const std::map<std::string, Tensor<float>> ok{{"w", Tensor<float>(Shape{2})}};
+    CHECK_THROWS_MATCHES(io::save_safetensors(path, ok, {{"k", "caf\xc3"}}), std::invalid_argument,
+                         Message(fn + "metadata 'k': the value is not valid UTF-8 (byte 3)"));
+    CHECK_THROWS_MATCHES(io::save_safetensors(path, ok, {{"\xed\xa0\x80", "v"}}),
+                         std::invalid_argument,
+                         Message(fn + "metadata '" + std::string(3, '?') +
+                                 "': the key is not valid UTF-8 (byte 0)"));
+    CHECK_FALSE(std::filesystem::exists(path));
+    CHECK(std::filesystem::is_empty(dir.path()));
+    // Well-formed UTF-8 of every length saves and loads.
+    const std::string name = "w.\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    io::save_safetensors(path,
+                         std::map<std::string, Tensor<float>>{{name, Tensor<float>(Shape{2})}},
+                         {{"k", "\xe2\x82\xac"}});
+    CHECK(io::load_safetensors<float>(path).count(name) == 1);
+}
+
+namespace {
+
+/// A writer standing for a device that fills up: it accepts `budget` bytes, at most `chunk` per
+/// call (short writes, which the saver must continue), then fails with ENOSPC.
+struct FillingDevice {
+    std::size_t budget;
+    std::size_t chunk = ~std::size_t{0};
+    std::ptrdiff_t operator()(int fd, const void* data, std::size_t size) {
+        if (budget == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        const std::ptrdiff_t n =
+            headwise::detail::SystemWrite()(fd, data, std::min({size, budget, chunk}));
+        if (n > 0) budget -= static_cast<std::size_t>(n);
+        return n;
+    }
+};
+
+std::string file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// The names in `dir`, sorted.
+std::vector<std::string> listing(const std::filesystem::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+std::map<std::string, Tensor<float>> some_weights(std::uint64_t seed, Index n) {
+    Generator rng(seed);
+    std::map<std::string, Tensor<float>> sd;
+    sd.emplace("w", Tensor<float>::randn(Shape{n, 3}, rng));
+    sd.emplace("b", Tensor<float>::randn(Shape{n}, rng));
+    return sd;
+}
+
+}  // namespace
+
+TEST_CASE("a save that fails part way leaves the previous file byte-identical",
+          "[io][safetensors][atomic]") {
+    const ScratchDir dir("safetensors-atomic");
+    const std::string path = dir.file("m.safetensors");
+    io::save_safetensors(path, some_weights(1, 4));
+    const std::string before = file_bytes(path);
+    // Larger than the saver's 64 KiB buffer, so that some data reaches the disk before it fails.
+    const auto next = some_weights(2, 10000);
+    for (const std::size_t budget :
+         {std::size_t{0}, std::size_t{100}, std::size_t{70000}, std::size_t{159999}}) {
+        CAPTURE(budget);
+        CHECK_THROWS_MATCHES(
+            io::detail::safetensors::save(path, next, {}, FillingDevice{budget, 4096}),
+            std::runtime_error,
+            Message("headwise::io::save_safetensors: " + path + ": write failed after " +
+                    std::to_string(budget) +
+                    " bytes (No space left on device); the file is "
+                    "unchanged"));
+        CHECK(file_bytes(path) == before);
+        CHECK(listing(dir.path()) == std::vector<std::string>{"m.safetensors"});
+    }
+    // Short writes alone are no failure: the same bytes as a save in one piece.
+    io::detail::safetensors::save(path, next, {}, FillingDevice{~std::size_t{0}, 1000});
+    const std::string written = file_bytes(path);
+    io::save_safetensors(dir.file("direct.safetensors"), next);
+    CHECK(written == file_bytes(dir.file("direct.safetensors")));
+    CHECK(written.size() > 160000);
+}
+
+TEST_CASE("a save that cannot start says why and leaves no temporary file",
+          "[io][safetensors][atomic]") {
+    const ScratchDir dir("safetensors-unwritable");
+    const std::string missing = (dir.path() / "no_such_dir" / "m.safetensors").string();
+    CHECK_THROWS_MATCHES(io::save_safetensors(missing, some_weights(1, 2)), std::runtime_error,
+                         Message("headwise::io::save_safetensors: " + missing +
+                                 ": cannot open for writing (creating a temporary file beside "
+                                 "it: No such file or directory)"));
+    const std::string directory = dir.file("sub");
+    std::filesystem::create_directory(directory);
+    CHECK_THROWS_MATCHES(
+        io::save_safetensors(directory, some_weights(1, 2)), std::runtime_error,
+        Message("headwise::io::save_safetensors: " + directory + ": is a directory"));
+    CHECK(listing(dir.path()) == std::vector<std::string>{"sub"});
+    CHECK(std::filesystem::is_empty(directory));
+}
+
+TEST_CASE("a successful save replaces the file and keeps its permissions",
+          "[io][safetensors][atomic]") {
+    const ScratchDir dir("safetensors-replace");
+    const std::string path = dir.file("m.safetensors");
+    io::save_safetensors(path, some_weights(1, 4));
+    namespace fs = std::filesystem;
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+    const auto next = some_weights(2, 5);
+    io::save_safetensors(path, next);
+    const auto back = io::load_safetensors<float>(path);
+    REQUIRE(back.size() == 2);
+    CHECK(test::identical(back.at("w"), next.at("w")));
+    CHECK(test::identical(back.at("b"), next.at("b")));
+    CHECK(fs::status(path).permissions() ==
+          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+    CHECK(listing(dir.path()) == std::vector<std::string>{"m.safetensors"});
 }

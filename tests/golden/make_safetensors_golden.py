@@ -5,7 +5,10 @@
 
 Written with the standard library only (struct, json), as the format's specification describes
 it: an 8-byte little-endian header length, a JSON header, then the data. Each entry `x.<dtype>`
-has a twin `expected.x.<dtype>` in F64 holding the exact values the reader must produce.
+has a twin `expected.x.<dtype>` in F64 holding the exact values the reader must produce. The
+entries `bits.F32` and `bits.F64` are written from the bit patterns BITS_F32 and BITS_F64 (the
+test holds the same lists): zeros, the smallest subnormal, the largest finite value, infinity and
+NaNs with payloads, signalling ones included, which a reader must return bit for bit.
 """
 
 import json
@@ -16,6 +19,12 @@ OUT = pathlib.Path(__file__).resolve().parent / "safetensors" / "dtypes.safetens
 
 VALUES = [0.0, -0.0, 1.0, -2.5, 0.333251953125, 65504.0, 6.103515625e-05, 5.960464477539063e-08,
           float("inf"), -float("inf")]
+
+
+BITS_F32 = [0x3E124925, 0x80000000, 0x00000001, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0xFFC00001,
+            0x7FBFFFFF]
+BITS_F64 = [0x3FC2492492492492, 0x8000000000000000, 0x0000000000000001, 0x7FEFFFFFFFFFFFFF,
+            0x7FF0000000000000, 0x7FF0000000000001, 0xFFF8000000000001, 0x7FF7FFFFFFFFFFFF]
 
 
 def f16(values):
@@ -51,6 +60,8 @@ def main():
         data, exact = encode(values)
         entries[name] = (dtype, [2, 5], data)
         entries["expected." + name] = ("F64", [2, 5], f64(exact)[0])
+    entries["bits.F32"] = ("F32", [8], b"".join(struct.pack("<I", b) for b in BITS_F32))
+    entries["bits.F64"] = ("F64", [8], b"".join(struct.pack("<Q", b) for b in BITS_F64))
     header, blob = {"__metadata__": {"format": "pt"}}, b""
     for name in sorted(entries):
         dtype, shape, data = entries[name]

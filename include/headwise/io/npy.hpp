@@ -8,7 +8,7 @@
 #include <cstdint>       // std::uint16_t, std::uint32_t, std::uint64_t
 #include <cstring>       // std::memcpy
 #include <filesystem>    // std::filesystem::path, directory_iterator, create_directories
-#include <fstream>       // std::ifstream, std::ofstream
+#include <fstream>       // std::ifstream
 #include <ios>           // std::ios, std::streamoff, std::streamsize
 #include <istream>       // std::istream
 #include <limits>        // std::numeric_limits
@@ -21,6 +21,7 @@
 #include <vector>        // std::vector
 
 #include "../config.hpp"
+#include "../detail/atomic_file.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -46,6 +47,8 @@ NpyHeader read_npy_header(const std::string& path);
 /// Loads a C-order, little-endian .npy file of format version 1.0, 2.0 or 3.0.
 /// - Tensor<float>, Tensor<double>: from '<f4' (float32) or '<f8' (float64); values convert
 ///   between the two, so float64 weights exported from PyTorch load straight into Tensor<float>.
+///   '<f4' into float and '<f8' into double keep every bit, NaN payloads and signalling NaNs
+///   included; the conversions may return a NaN quieted.
 /// - Tensor<bool>: from '|b1' (np.bool_) only.
 /// Throws std::runtime_error naming the function, the path and what is wrong: missing file,
 /// malformed header, unsupported or big-endian dtype, Fortran order, truncated or overlong data.
@@ -53,7 +56,10 @@ template <class T>
 Tensor<T> load_npy(const std::string& path);
 
 /// Saves a tensor as a .npy file (format 1.0, C order, little-endian; '<f4', '<f8' or '|b1'
-/// by element type) that numpy.load reads. Throws std::runtime_error when writing fails.
+/// by element type, every bit as it is in memory) that numpy.load reads. The save is atomic:
+/// the file is written under a temporary name in the same directory, flushed to the disk and
+/// renamed over `path`, so a save that fails leaves the previous file byte-identical and no
+/// temporary file behind. Throws std::runtime_error naming the path when writing fails.
 template <class T>
 void save_npy(const std::string& path, TensorView<const T> tensor);
 template <class T>
@@ -354,15 +360,24 @@ Index decode(Dtype dtype, const unsigned char* src, Index count, T* dst) {
             if (*p > 1) return i;
             dst[i] = *p != 0;
         } else if (dtype == Dtype::f4) {
+            // The same type takes the bits as they are: no conversion that could quiet a NaN.
             const auto bits = static_cast<std::uint32_t>(load_le(p, 4));
-            float f;
-            std::memcpy(&f, &bits, sizeof f);
-            dst[i] = static_cast<T>(f);
+            if constexpr (std::is_same_v<T, float>) {
+                std::memcpy(dst + i, &bits, sizeof bits);
+            } else {
+                float f;
+                std::memcpy(&f, &bits, sizeof f);
+                dst[i] = static_cast<T>(f);
+            }
         } else {
             const std::uint64_t bits = load_le(p, 8);
-            double d;
-            std::memcpy(&d, &bits, sizeof d);
-            dst[i] = narrow<T>(d);
+            if constexpr (std::is_same_v<T, double>) {
+                std::memcpy(dst + i, &bits, sizeof bits);
+            } else {
+                double d;
+                std::memcpy(&d, &bits, sizeof d);
+                dst[i] = narrow<T>(d);
+            }
         }
     }
     return -1;
@@ -449,7 +464,9 @@ Tensor<T> load_npy(const std::string& path) {
     for (const Index extent : header.shape) {
         const auto e = static_cast<std::uint64_t>(extent);
         if (e != 0 && needed > std::numeric_limits<std::uint64_t>::max() / e)
-            npy::fail(kFunction, path, "shape " + header.shape.str() + " is too large");
+            npy::fail(kFunction, path,
+                      "the byte count of shape " + header.shape.str() + " of '" + header.descr +
+                          "' overflows 64 bits");
         needed *= e;
     }
     const std::streamoff data_start = in.tellg();
@@ -490,43 +507,50 @@ Tensor<T> load_npy(const std::string& path) {
     return tensor;
 }
 
-template <class T>
-void save_npy(const std::string& path, TensorView<const T> tensor) {
+namespace detail::npy {
+
+/// save_npy with the writer that puts bytes into the file as a parameter, so that a test can
+/// make a save fail part way.
+template <class T, class Write>
+void save(const std::string& path, TensorView<const T> tensor, Write write) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bool>,
                   "headwise::save_npy saves tensors of float, double or bool");
-    namespace npy = detail::npy;
     constexpr const char* kFunction = "headwise::save_npy";
 
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) npy::fail(kFunction, path, "cannot open for writing");
-    const std::string header = npy::make_header(npy::dtype_of<T>(), tensor.shape());
+    const std::string header = make_header(dtype_of<T>(), tensor.shape());
     const auto length = static_cast<std::uint16_t>(header.size());
     HEADWISE_ASSERT(header.size() <= 0xffff);  // rank <= Shape::kMaxRank keeps it ~200 bytes
-    const char prefix[] = {npy::kMagic[0],
-                           npy::kMagic[1],
-                           npy::kMagic[2],
-                           npy::kMagic[3],
-                           npy::kMagic[4],
-                           npy::kMagic[5],
+    const char prefix[] = {kMagic[0],
+                           kMagic[1],
+                           kMagic[2],
+                           kMagic[3],
+                           kMagic[4],
+                           kMagic[5],
                            1,
                            0,
                            static_cast<char>(length & 0xffu),
                            static_cast<char>(length >> 8)};
+    ::headwise::detail::AtomicFile<Write> out(kFunction, path, std::move(write));
     out.write(prefix, sizeof prefix);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    out.write(header.data(), header.size());
 
-    const Index per_chunk = static_cast<Index>(npy::kChunkBytes / sizeof(T));
+    const Index per_chunk = static_cast<Index>(kChunkBytes / sizeof(T));
     std::vector<unsigned char> buffer(
         static_cast<std::size_t>(std::min(per_chunk, tensor.numel())) * sizeof(T));
-    for (Index done = 0; done < tensor.numel() && out;) {
+    for (Index done = 0; done < tensor.numel();) {
         const Index count = std::min(per_chunk, tensor.numel() - done);
-        npy::encode(tensor.data() + done, count, buffer.data());
-        out.write(reinterpret_cast<const char*>(buffer.data()),
-                  static_cast<std::streamsize>(static_cast<std::size_t>(count) * sizeof(T)));
+        encode(tensor.data() + done, count, buffer.data());
+        out.write(buffer.data(), static_cast<std::size_t>(count) * sizeof(T));
         done += count;
     }
-    out.close();
-    if (!out) npy::fail(kFunction, path, "write error");
+    out.commit();
+}
+
+}  // namespace detail::npy
+
+template <class T>
+void save_npy(const std::string& path, TensorView<const T> tensor) {
+    detail::npy::save<T>(path, tensor, ::headwise::detail::SystemWrite());
 }
 
 template <class T>

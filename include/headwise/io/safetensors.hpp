@@ -11,22 +11,26 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>    // std::sort
-#include <cmath>        // std::ldexp
-#include <cstdint>      // std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t
-#include <cstring>      // std::memcpy
-#include <fstream>      // std::ifstream, std::ofstream
-#include <ios>          // std::ios, std::streamsize
-#include <iterator>     // std::istreambuf_iterator
-#include <limits>       // std::numeric_limits
-#include <map>          // std::map
-#include <stdexcept>    // std::runtime_error
-#include <string>       // std::string, std::to_string
-#include <type_traits>  // std::is_same_v, std::conditional_t
-#include <utility>      // std::move
-#include <vector>       // std::vector
+#include <algorithm>     // std::sort
+#include <cmath>         // std::ldexp
+#include <cstdint>       // std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t
+#include <cstring>       // std::memcpy, std::memchr
+#include <filesystem>    // std::filesystem::is_directory, is_regular_file, exists
+#include <fstream>       // std::ifstream
+#include <ios>           // std::ios, std::ios_base::failure
+#include <iterator>      // std::istreambuf_iterator
+#include <limits>        // std::numeric_limits
+#include <map>           // std::map
+#include <set>           // std::set
+#include <stdexcept>     // std::runtime_error, std::invalid_argument
+#include <string>        // std::string, std::to_string
+#include <system_error>  // std::error_code
+#include <type_traits>   // std::is_same_v, std::conditional_t
+#include <utility>       // std::move
+#include <vector>        // std::vector
 
 #include "../config.hpp"
+#include "../detail/atomic_file.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -37,11 +41,16 @@ namespace headwise::io {
 /// Loads every tensor of a safetensors file (https://github.com/huggingface/safetensors: an
 /// 8-byte little-endian header length N, N bytes of JSON {"name": {"dtype", "shape",
 /// "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data). F32 and F64 tensors
-/// load into either scalar type; BF16 and F16 are converted. Validation is strict and checked
-/// before anything is returned: the header length within the file, well-formed JSON, every entry
-/// an object with a known dtype, a shape of non-negative integers, data_offsets in range with a
-/// byte count equal to numel * the dtype's size, entries neither overlapping nor leaving gaps.
-/// Any problem throws std::runtime_error whose what() names the function, the file and the entry:
+/// load into either scalar type; BF16 and F16 are converted. F32 into float and F64 into double
+/// keep every bit, NaN payloads and signalling NaNs included; a conversion (F32 into double, F64
+/// into float, BF16, F16) may return a NaN quieted or without its payload. Validation is strict
+/// and checked before anything is returned: `path` a regular file, the header length within the
+/// file, well-formed JSON with no name or key declared twice and at most 16 levels of arrays and
+/// objects, followed by nothing but the spaces that pad it; every entry an object with a known
+/// dtype, a shape of non-negative integers whose byte count fits in 64 bits, data_offsets in
+/// range with a byte count equal to numel * the dtype's size, entries neither overlapping nor
+/// leaving gaps. Any problem throws std::runtime_error whose what() names the function, the file
+/// and the entry, quoting at most 80 bytes of any value it echoes:
 ///   "headwise::io::load_safetensors: model.safetensors: entry 'linear1.weight': data_offsets
 ///    [0, 60] hold 60 bytes, but F32 [4, 4] needs 64"
 template <class T>
@@ -60,10 +69,14 @@ std::map<std::string, Tensor<T>> parse_safetensors(const std::uint8_t* data, std
                                                    const std::string& name = "<memory>",
                                                    const std::string& prefix = "");
 
-/// Writes `tensors` as a safetensors file (F32 for float, F64 for double), entries in name
-/// order, the header padded with spaces to a multiple of 8 bytes, optional string `metadata`
-/// under "__metadata__". Throws std::invalid_argument for an empty name or one that is
-/// "__metadata__", std::runtime_error naming the file when writing fails.
+/// Writes `tensors` as a safetensors file (F32 for float, F64 for double, every bit as it is in
+/// memory), entries in name order, the header padded with spaces to a multiple of 8 bytes,
+/// optional string `metadata` under "__metadata__". The save is atomic: the file is written
+/// under a temporary name in the same directory, flushed to the disk and renamed over `path`, so
+/// a save that fails leaves the previous file byte-identical and no temporary file behind.
+/// Throws std::invalid_argument, before anything is written, for an empty name, one that is
+/// "__metadata__", or a name or metadata key or value that is not valid UTF-8 (JSON text must
+/// be); std::runtime_error naming the file when writing fails.
 template <class T>
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor<T>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
@@ -74,6 +87,48 @@ namespace detail::safetensors {
 
 /// The safetensors reference implementation's header limit (100 MB).
 inline constexpr std::uint64_t kMaxHeaderSize = 100'000'000;
+
+/// The deepest nesting of arrays and objects a header may have. A valid header needs 3 (the
+/// header, an entry, its shape); the margin lets the entry checks say what is wrong with a
+/// malformed value, and the bound keeps every value shallow enough to print, since printing
+/// recurses once per level.
+inline constexpr int kMaxDepth = 16;
+
+/// The offset of the first byte of `s` that does not belong to well-formed UTF-8 (RFC 3629: no
+/// overlong forms, no surrogates, nothing above U+10FFFF), or std::string::npos.
+inline std::size_t invalid_utf8_at(const std::string& s) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        // Continuation bytes are 0x80..0xBF; the lead byte narrows the range of the first one.
+        std::size_t more = 0;
+        unsigned char low = 0x80, high = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0) low = 0xA0;   // overlong below U+0800
+            if (c == 0xED) high = 0x9F;  // UTF-16 surrogates U+D800..U+DFFF
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0) low = 0x90;   // overlong below U+10000
+            if (c == 0xF4) high = 0x8F;  // above U+10FFFF
+        } else {
+            return i;
+        }
+        if (s.size() - i - 1 < more) return i;
+        for (std::size_t k = 1; k <= more; ++k) {
+            const auto b = static_cast<unsigned char>(s[i + k]);
+            if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xBF)) return i;
+        }
+        i += more + 1;
+    }
+    return std::string::npos;
+}
 
 enum class Dtype { f32, f64, bf16, f16 };
 
@@ -164,9 +219,19 @@ public:
         data_start = 8 + static_cast<std::size_t>(n);
         const std::uint64_t data_size = size - data_start;
         const char* text = reinterpret_cast<const char*>(data + 8);
-        const nlohmann::json header = nlohmann::json::parse(text, text + n, nullptr, false);
+        // The format pads the header with spaces (0x20) and nothing else. nlohmann's parser ends
+        // its input at a NUL byte, which would let anything after one pass unread.
+        std::size_t length = static_cast<std::size_t>(n);
+        while (length > 0 && text[length - 1] == ' ') --length;
+        if (const void* nul = std::memchr(text, 0, length))
+            fail("header has a NUL byte at offset " +
+                 std::to_string(static_cast<const char*>(nul) - text) +
+                 " (only spaces may pad the header after its JSON object)");
+        const nlohmann::json header = parse_json(text, text + length);
         if (header.is_discarded()) fail("header is not valid JSON");
         if (!header.is_object()) fail("header is not a JSON object");
+        if (text[length - 1] != '}')  // JSON whitespace other than spaces after the object
+            fail("header has bytes other than spaces after its JSON object");
 
         std::vector<Entry> entries;
         for (const auto& item : header.items()) {
@@ -214,6 +279,48 @@ private:
         for (char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7F) ? c : '?';
         return s.size() > 80 ? out + "..." : out;
     }
+    /// A JSON value as it would be written, shortened by printable(). parse_json() has bounded
+    /// the nesting that dump() recurses through; a long string is cut before it is quoted.
+    static std::string printable(const nlohmann::json& v) {
+        if (v.is_string())
+            return printable("\"" + v.get_ref<const std::string&>().substr(0, 81) + "\"");
+        return printable(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+
+    /// Parses the header, rejecting while it parses what nlohmann would accept silently: a name
+    /// or key declared twice (the last would win) and nesting beyond kMaxDepth.
+    nlohmann::json parse_json(const char* first, const char* last) const {
+        using Event = nlohmann::json::parse_event_t;
+        std::string entry;                        // the header's key whose value is being parsed
+        bool in_entry = false;                    // false until the first key of the header
+        std::vector<std::set<std::string>> keys;  // for each open object, the keys seen so far
+        const auto check = [&](int depth, Event event, nlohmann::json& parsed) {
+            // `depth` counts the arrays and objects open around the value of the event.
+            if (event == Event::object_start || event == Event::array_start) {
+                if (depth >= kMaxDepth) {
+                    const std::string what =
+                        "JSON nested deeper than " + std::to_string(kMaxDepth) + " levels";
+                    if (in_entry) fail(entry, what);
+                    fail(what);
+                }
+                if (event == Event::object_start) keys.emplace_back();
+            } else if (event == Event::object_end) {
+                keys.pop_back();
+            } else if (event == Event::key) {
+                const std::string& key = parsed.get_ref<const std::string&>();
+                if (depth == 1) {
+                    entry = key;
+                    in_entry = true;
+                }
+                if (!keys.back().insert(key).second) {
+                    if (depth == 1) fail(key, "declared twice");
+                    fail(entry, "has the key '" + printable(key) + "' twice");
+                }
+            }
+            return true;
+        };
+        return nlohmann::json::parse(first, last, check, false);
+    }
 
     Entry parse_entry(const std::string& key, const nlohmann::json& v, std::uint64_t data_size) {
         Entry e;
@@ -251,7 +358,7 @@ private:
         bool overflow = false;
         for (const nlohmann::json& s : *shape) {
             if (!s.is_number_unsigned())
-                fail(key, "shape holds " + s.dump() + ", not a non-negative integer");
+                fail(key, "shape holds " + printable(s) + ", not a non-negative integer");
             const std::uint64_t extent = s.get<std::uint64_t>();
             if (extent > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
                 fail(key, "shape extent " + std::to_string(extent) + " is too large");
@@ -267,22 +374,22 @@ private:
         for (std::size_t i = 0; i < dims.size(); ++i)
             shape_str += (i ? ", " : "") + std::to_string(dims[i]);
         shape_str += "]";
+        const std::uint64_t item = item_size(e.dtype);
+        if (overflow || numel > std::numeric_limits<std::uint64_t>::max() / item)
+            fail(key, "the byte count of " + d + " " + shape_str + " overflows 64 bits");
         for (const nlohmann::json& o : *offsets)
             if (!o.is_number_unsigned())
-                fail(key, "data_offsets hold " + o.dump() + ", not a non-negative integer");
+                fail(key, "data_offsets hold " + printable(o) + ", not a non-negative integer");
         e.begin = (*offsets)[0].get<std::uint64_t>();
         e.end = (*offsets)[1].get<std::uint64_t>();
         if (e.begin > e.end) fail(key, "data_offsets " + range(e) + " end before they begin");
         if (e.end > data_size)
             fail(key, "data_offsets " + range(e) + " run past the " + std::to_string(data_size) +
                           " bytes of data");
-        const std::uint64_t item = item_size(e.dtype);
-        if (overflow || numel > std::numeric_limits<std::uint64_t>::max() / item ||
-            numel * item != e.end - e.begin)
-            fail(key,
-                 "data_offsets " + range(e) + " hold " + std::to_string(e.end - e.begin) +
-                     " bytes, but " + d + " " + shape_str + " needs " +
-                     (overflow ? std::string("more than 2^64") : std::to_string(numel * item)));
+        if (numel * item != e.end - e.begin)
+            fail(key, "data_offsets " + range(e) + " hold " + std::to_string(e.end - e.begin) +
+                          " bytes, but " + d + " " + shape_str + " needs " +
+                          std::to_string(numel * item));
         Index nonzero = 1;  // a zero extent leaves no data, but the others must stay countable
         for (const Index x : dims)
             if (x != 0 && __builtin_mul_overflow(nonzero, x, &nonzero))
@@ -310,8 +417,20 @@ std::map<std::string, Tensor<T>> parse(const char* function, const std::uint8_t*
         Tensor<T> t = Tensor<T>::uninitialized(e.shape);  // the entry's shape
         const std::uint8_t* p = data + start + e.begin;
         const std::size_t item = item_size(e.dtype);
-        for (Index i = 0; i < t.numel(); ++i)
-            t.data()[i] = static_cast<T>(element(p + static_cast<std::size_t>(i) * item, e.dtype));
+        if (e.dtype == (std::is_same_v<T, float> ? Dtype::f32 : Dtype::f64)) {
+            // The bits as they are: a value passed through a conversion (even float to double
+            // and back) may come out with its NaN quieted.
+            using Bits = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
+            for (Index i = 0; i < t.numel(); ++i) {
+                const auto bits =
+                    static_cast<Bits>(load_le(p + static_cast<std::size_t>(i) * item, item));
+                std::memcpy(t.data() + i, &bits, sizeof bits);
+            }
+        } else {
+            for (Index i = 0; i < t.numel(); ++i)
+                t.data()[i] =
+                    static_cast<T>(element(p + static_cast<std::size_t>(i) * item, e.dtype));
+        }
         out.emplace(e.name.substr(prefix.size()), std::move(t));
     }
     return out;
@@ -320,12 +439,94 @@ std::map<std::string, Tensor<T>> parse(const char* function, const std::uint8_t*
 template <class T>
 std::map<std::string, Tensor<T>> load(const std::string& path, const std::string& prefix) {
     constexpr const char* fn = "headwise::io::load_safetensors";
+    const auto fail = [&](const std::string& what) {
+        throw std::runtime_error(std::string(fn) + ": " + path + ": " + what);
+    };
+    // Checked first: reading a directory fails inside the stream with a message that names
+    // neither, and a device such as /dev/zero never ends.
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail("is a directory");
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+        fail("is not a regular file");
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error(std::string(fn) + ": " + path + ": cannot open the file");
-    const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                          std::istreambuf_iterator<char>());
-    if (in.bad()) throw std::runtime_error(std::string(fn) + ": " + path + ": read error");
+    if (!in) fail("cannot open the file");
+    std::vector<std::uint8_t> bytes;
+    try {
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::ios_base::failure& e) {
+        fail(std::string("read error (") + e.what() + ")");
+    }
+    if (in.bad()) fail("read error");
     return parse<T>(fn, bytes.data(), bytes.size(), path, prefix);
+}
+
+template <class T, class Write>
+void save(const std::string& path, const std::map<std::string, Tensor<T>>& tensors,
+          const std::map<std::string, std::string>& metadata, Write write) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "headwise::io::save_safetensors: save float or double tensors");
+    constexpr const char* fn = "headwise::io::save_safetensors";
+    const auto reject = [&](const std::string& what) {
+        throw std::invalid_argument(std::string(fn) + ": " + path + ": " + what);
+    };
+    const auto quote = [](const std::string& s) {  // at most 80 bytes, as the reader's messages
+        std::string out;
+        for (const char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7F) ? c : '?';
+        return "'" + (s.size() > 80 ? out + "..." : out) + "'";
+    };
+    // Everything is checked before the file is touched; nlohmann's dump() would otherwise throw
+    // its own type_error for a string that is not UTF-8.
+    for (const auto& entry : tensors) {
+        const std::string& name = entry.first;
+        if (name.empty() || name == "__metadata__")
+            reject("entry " + quote(name) + ": not a valid tensor name");
+        const std::size_t bad = invalid_utf8_at(name);
+        if (bad != std::string::npos)
+            reject("entry " + quote(name) + ": the name is not valid UTF-8 (byte " +
+                   std::to_string(bad) + ")");
+    }
+    for (const auto& [key, value] : metadata) {
+        std::size_t bad = invalid_utf8_at(key);
+        if (bad != std::string::npos)
+            reject("metadata " + quote(key) + ": the key is not valid UTF-8 (byte " +
+                   std::to_string(bad) + ")");
+        bad = invalid_utf8_at(value);
+        if (bad != std::string::npos)
+            reject("metadata " + quote(key) + ": the value is not valid UTF-8 (byte " +
+                   std::to_string(bad) + ")");
+    }
+
+    nlohmann::json header = nlohmann::json::object();
+    std::uint64_t offset = 0;
+    for (const auto& [name, t] : tensors) {
+        const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * sizeof(T);
+        header[name] = {{"dtype", sizeof(T) == 8 ? "F64" : "F32"},
+                        {"shape", t.shape().to_vector()},
+                        {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+    }
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+
+    ::headwise::detail::AtomicFile<Write> out(fn, path, std::move(write));
+    unsigned char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+    out.write(length, 8);
+    out.write(text.data(), text.size());
+    using Bits = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
+    for (const auto& entry : tensors) {
+        const Tensor<T>& t = entry.second;
+        for (Index i = 0; i < t.numel(); ++i) {  // little-endian whatever the host's order
+            Bits bits;
+            std::memcpy(&bits, t.data() + i, sizeof bits);
+            unsigned char b[sizeof(T)];
+            for (std::size_t k = 0; k < sizeof(T); ++k)
+                b[k] = static_cast<unsigned char>(bits >> (8 * k));
+            out.write(b, sizeof(T));
+        }
+    }
+    out.commit();
 }
 
 }  // namespace detail::safetensors
@@ -352,45 +553,7 @@ std::map<std::string, Tensor<T>> parse_safetensors(const std::uint8_t* data, std
 template <class T>
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor<T>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "headwise::io::save_safetensors: save float or double tensors");
-    constexpr const char* fn = "headwise::io::save_safetensors";
-    nlohmann::json header = nlohmann::json::object();
-    std::uint64_t offset = 0;
-    for (const auto& [name, t] : tensors) {
-        if (name.empty() || name == "__metadata__")
-            throw std::invalid_argument(std::string(fn) + ": " + path + ": entry '" + name +
-                                        "': not a valid tensor name");
-        const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * sizeof(T);
-        header[name] = {{"dtype", sizeof(T) == 8 ? "F64" : "F32"},
-                        {"shape", t.shape().to_vector()},
-                        {"data_offsets", {offset, offset + bytes}}};
-        offset += bytes;
-    }
-    if (!metadata.empty()) header["__metadata__"] = metadata;
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(std::string(fn) + ": " + path + ": cannot open for writing");
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& entry : tensors) {
-        const Tensor<T>& t = entry.second;
-        for (Index i = 0; i < t.numel(); ++i) {  // little-endian whatever the host's order
-            using Bits = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
-            Bits bits;
-            std::memcpy(&bits, t.data() + i, sizeof bits);
-            unsigned char b[sizeof(T)];
-            for (std::size_t k = 0; k < sizeof(T); ++k)
-                b[k] = static_cast<unsigned char>(bits >> (8 * k));
-            out.write(reinterpret_cast<const char*>(b), sizeof(T));
-        }
-    }
-    out.flush();
-    if (!out) throw std::runtime_error(std::string(fn) + ": " + path + ": write failed");
+    detail::safetensors::save(path, tensors, metadata, ::headwise::detail::SystemWrite());
 }
 
 }  // namespace headwise::io
