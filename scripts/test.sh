@@ -52,9 +52,11 @@ run_workflow() {
 
 # run_fuzzers: fuzz each target built by the fuzz workflow for a bounded time. New inputs go to
 # build/fuzz/corpus/<name>/ (the committed seeds in fuzz/corpus/<name>/ are only read); a
-# target counts as passed when libFuzzer finds nothing in its time.
+# dictionary fuzz/<name>.dict, when there is one, gives libFuzzer the format's tokens. A target
+# counts as passed when libFuzzer finds nothing in its time.
 run_fuzzers() {
     local seconds="${HEADWISE_FUZZ_SECONDS:-60}" source target name log start end passed=0
+    local -a dict
     start=$(date +%s)
     mkdir -p build/fuzz/artifacts
     for source in fuzz/fuzz_*.cpp; do
@@ -62,9 +64,11 @@ run_fuzzers() {
         name="${target#fuzz_}"
         log="build/fuzz/${target}.log"
         mkdir -p "build/fuzz/corpus/${name}"
+        dict=()
+        if [[ -f "fuzz/${name}.dict" ]]; then dict=("-dict=fuzz/${name}.dict"); fi
         echo "headwise: fuzzing ${target} for ${seconds} s (log: ${log})"
         if "build/fuzz/fuzz/${target}" -max_total_time="${seconds}" -timeout=10 \
-            -rss_limit_mb=2048 -print_final_stats=1 \
+            -rss_limit_mb=2048 -print_final_stats=1 ${dict[@]+"${dict[@]}"} \
             -artifact_prefix="build/fuzz/artifacts/${target}-" \
             "build/fuzz/corpus/${name}" "fuzz/corpus/${name}" >"${log}" 2>&1; then
             passed=$((passed + 1))
