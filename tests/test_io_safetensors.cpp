@@ -226,20 +226,24 @@ TEST_CASE("no error message echoes more than a few hundred bytes of the file",
             "xxxxxxxxxxxxxxxxxxx..., not a non-negative integer");
 }
 
-TEST_CASE("only spaces may follow the header's JSON object", "[io][safetensors][errors]") {
+TEST_CASE("only JSON whitespace may follow the header's JSON object", "[io][safetensors][errors]") {
     const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     CHECK(error_of(image(ok + "      ", 8)) == "no error");  // the format's padding
+    CHECK(error_of(image(ok + " \n\t\r", 8)) == "no error");  // JSON whitespace, as a JSON reader
     CHECK(error_of(image(ok + std::string("\0garbage", 8), 8)) ==
           kFn +
-              "header has a NUL byte at offset 54 (only spaces may pad the header after its "
-              "JSON object)");
+              "header has a NUL byte at offset 54 (only JSON whitespace may pad the header after "
+              "its JSON object)");
     CHECK(error_of(image(ok + std::string("  \0\0\0\0", 6), 8)) ==
           kFn +
-              "header has a NUL byte at offset 56 (only spaces may pad the header after its "
-              "JSON object)");
-    CHECK(error_of(image(ok + "\n", 8)) ==
-          kFn + "header has bytes other than spaces after its JSON object");
+              "header has a NUL byte at offset 56 (only JSON whitespace may pad the header after "
+              "its JSON object)");
+    CHECK(error_of(image(ok + std::string("\0   ", 4), 8)) ==
+          kFn +
+              "header has a NUL byte at offset 54 (only JSON whitespace may pad the header after "
+              "its JSON object)");
     CHECK(error_of(image(ok + " x", 8)) == kFn + "header is not valid JSON");
+    CHECK(error_of(image(ok + "\v", 8)) == kFn + "header is not valid JSON");
 }
 
 TEST_CASE("a name declared twice is rejected, naming it", "[io][safetensors][errors]") {

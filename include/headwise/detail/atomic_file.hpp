@@ -200,14 +200,19 @@ private:
 
     /// A rename is durable once the directory holding it is flushed too. Failing here changes
     /// nothing for the caller: the new file is complete and in place either way.
+    /// Building the directory's name may allocate; a bad_alloc there is swallowed like any other
+    /// failure of this step, which is why the function can stay noexcept.
     void sync_directory() noexcept {
 #if !defined(_WIN32)
-        std::filesystem::path dir = std::filesystem::path(target_).parent_path();
-        if (dir.empty()) dir = ".";
-        const int fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            static_cast<void>(::fsync(fd));
-            ::close(fd);
+        try {
+            std::filesystem::path dir = std::filesystem::path(target_).parent_path();
+            if (dir.empty()) dir = ".";
+            const int fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) {
+                static_cast<void>(::fsync(fd));
+                ::close(fd);
+            }
+        } catch (...) {
         }
 #endif
     }

@@ -219,19 +219,22 @@ public:
         data_start = 8 + static_cast<std::size_t>(n);
         const std::uint64_t data_size = size - data_start;
         const char* text = reinterpret_cast<const char*>(data + 8);
-        // The format pads the header with spaces (0x20) and nothing else. nlohmann's parser ends
-        // its input at a NUL byte, which would let anything after one pass unread.
+        // Writers pad the header with spaces (0x20); JSON whitespace (space, tab, CR, LF) after
+        // the object is accepted, as the format's reference reader, a JSON parser, accepts it.
+        // nlohmann's parser ends its input at a NUL byte, which would let anything after one
+        // pass unread: a NUL is rejected wherever it is.
         std::size_t length = static_cast<std::size_t>(n);
-        while (length > 0 && text[length - 1] == ' ') --length;
-        if (const void* nul = std::memchr(text, 0, length))
+        const auto json_space = [](char c) {
+            return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+        };
+        while (length > 0 && json_space(text[length - 1])) --length;
+        if (const void* nul = std::memchr(text, 0, static_cast<std::size_t>(n)))
             fail("header has a NUL byte at offset " +
                  std::to_string(static_cast<const char*>(nul) - text) +
-                 " (only spaces may pad the header after its JSON object)");
+                 " (only JSON whitespace may pad the header after its JSON object)");
         const nlohmann::json header = parse_json(text, text + length);
         if (header.is_discarded()) fail("header is not valid JSON");
         if (!header.is_object()) fail("header is not a JSON object");
-        if (text[length - 1] != '}')  // JSON whitespace other than spaces after the object
-            fail("header has bytes other than spaces after its JSON object");
 
         std::vector<Entry> entries;
         for (const auto& item : header.items()) {
