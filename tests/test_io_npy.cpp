@@ -19,11 +19,14 @@
 #include <vector>       // std::vector
 
 #include "support/catch.hpp"
+#include "support/failing_writes.hpp"
 #include "support/golden.hpp"
 
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
+using headwise::test::FillingDevice;
+using headwise::test::listing;
 using headwise::test::ScratchDir;
 
 namespace {
@@ -434,36 +437,6 @@ TEST_CASE("save_npy reports a path it cannot write", "[io][npy]") {
     REQUIRE(std::distance(std::filesystem::directory_iterator(dir.path()),
                           std::filesystem::directory_iterator()) == 1);
 }
-
-namespace {
-
-/// A writer standing for a device that fills up: it accepts `budget` bytes, at most `chunk` per
-/// call (short writes, which the saver must continue), then fails with ENOSPC.
-struct FillingDevice {
-    std::size_t budget;
-    std::size_t chunk = ~std::size_t{0};
-    std::ptrdiff_t operator()(int fd, const void* data, std::size_t size) {
-        if (budget == 0) {
-            errno = ENOSPC;
-            return -1;
-        }
-        const std::ptrdiff_t n =
-            headwise::detail::SystemWrite()(fd, data, std::min({size, budget, chunk}));
-        if (n > 0) budget -= static_cast<std::size_t>(n);
-        return n;
-    }
-};
-
-/// The names in `dir`, sorted.
-std::vector<std::string> listing(const std::filesystem::path& dir) {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-        names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
-}  // namespace
 
 TEST_CASE("a save_npy that fails part way leaves the previous file byte-identical",
           "[io][npy][atomic]") {

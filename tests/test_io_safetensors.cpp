@@ -18,10 +18,13 @@
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
+#include "support/failing_writes.hpp"
 #include "support/golden.hpp"
 #include "support/match.hpp"
 
 using namespace headwise;
+using headwise::test::FillingDevice;
+using headwise::test::listing;
 using headwise::test::ScratchDir;
 
 namespace {
@@ -355,36 +358,12 @@ TEST_CASE("save_safetensors rejects names and metadata that are not UTF-8, writi
 
 namespace {
 
-/// A writer standing for a device that fills up: it accepts `budget` bytes, at most `chunk` per
-/// call (short writes, which the saver must continue), then fails with ENOSPC.
-struct FillingDevice {
-    std::size_t budget;
-    std::size_t chunk = ~std::size_t{0};
-    std::ptrdiff_t operator()(int fd, const void* data, std::size_t size) {
-        if (budget == 0) {
-            errno = ENOSPC;
-            return -1;
-        }
-        const std::ptrdiff_t n =
-            headwise::detail::SystemWrite()(fd, data, std::min({size, budget, chunk}));
-        if (n > 0) budget -= static_cast<std::size_t>(n);
-        return n;
-    }
-};
 
 std::string file_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-/// The names in `dir`, sorted.
-std::vector<std::string> listing(const std::filesystem::path& dir) {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-        names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-}
 
 std::map<std::string, Tensor<float>> some_weights(std::uint64_t seed, Index n) {
     Generator rng(seed);
