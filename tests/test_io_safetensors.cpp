@@ -358,7 +358,6 @@ TEST_CASE("save_safetensors rejects names and metadata that are not UTF-8, writi
 
 namespace {
 
-
 std::string file_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
