@@ -3,7 +3,7 @@
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
 # cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
 # OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend), nlohmann/json
-# (safetensors headers), and for the fuzz preset clang++ with libFuzzer (clang-14,
+# (safetensors headers), utf8proc (the BERT tokenizer), and for the fuzz preset clang++ with libFuzzer (clang-14,
 # libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
@@ -37,6 +37,8 @@ headwise_deps() {
     _headwise_have_openblas || missing+=(libopenblas-dev)
     _headwise_have_package nlohmann-json3-dev nlohmann/json.hpp nlohmann_jsonConfig.cmake ||
         missing+=(nlohmann-json3-dev)
+    # utf8proc: Unicode properties for the BERT tokenizer (text/wordpiece.hpp); no CMake package.
+    _headwise_have_package libutf8proc-dev utf8proc.h "" || missing+=(libutf8proc-dev)
     # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
     _headwise_have_command clang++ || missing+=(clang-14 clang)
     _headwise_have_fuzzer_runtime || missing+=(libclang-rt-14-dev)

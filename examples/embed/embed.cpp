@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+// embed: sentence embeddings from a sentence-transformers model directory (all-MiniLM-L6-v2 and
+// other BERT models with mean, CLS or max pooling), with nothing from Python at run time.
+//
+//   embed MODEL_DIR [--threads N] [--batch N] [--tokens] [TEXT ...]
+//
+// Texts come from the arguments, or one per line from standard input when there are none. One
+// output line per text, in input order: the pooled, L2-normalised embedding as space-separated
+// %.9g numbers; with --tokens, the token ids instead ([CLS] and [SEP] included, after
+// truncation). A missing or malformed model directory: a message naming the file, exit status 1.
+#include <headwise/headwise.hpp>
+
+#include <cstdio>      // std::printf, std::fprintf, std::fputs
+#include <cstdlib>     // std::strtol
+#include <exception>   // std::exception
+#include <functional>  // std::function
+#include <iostream>    // std::cin
+#include <string>      // std::string, std::getline
+#include <vector>      // std::vector
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>  // isatty, STDERR_FILENO
+#define HEADWISE_EMBED_ISATTY 1
+#endif
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: embed MODEL_DIR [--threads N] [--batch N] [--tokens] [TEXT ...]\n"
+    "  MODEL_DIR   a sentence-transformers model directory (config.json, model.safetensors,\n"
+    "              vocab.txt, tokenizer_config.json, modules.json)\n"
+    "  --threads N threads for the matrix products (OpenMP and OpenBLAS builds)\n"
+    "  --batch N   texts per forward pass (default 32)\n"
+    "  --tokens    print the token ids instead of the embeddings\n"
+    "  TEXT ...    the texts; without any, one text per line from standard input\n";
+
+// Whole-number option value, or -1.
+long positive(const char* s) {
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    return end != s && *end == '\0' && v > 0 ? v : -1;
+}
+
+void set_threads(int n) {
+#if HEADWISE_PARALLEL
+    omp_set_num_threads(n);
+#endif
+#if defined(HEADWISE_USE_CBLAS) && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(n);
+#endif
+    static_cast<void>(n);
+}
+
+bool stderr_is_terminal() {
+#ifdef HEADWISE_EMBED_ISATTY
+    return isatty(STDERR_FILENO) != 0;
+#else
+    return false;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string dir;
+    long threads = 0, batch = 32;
+    bool tokens = false;
+    std::vector<std::string> texts;
+    bool options_done = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (!options_done && (arg == "--threads" || arg == "--batch")) {
+            const long v = i + 1 < argc ? positive(argv[i + 1]) : -1;
+            if (v < 0) {
+                std::fprintf(stderr, "embed: %s needs a positive whole number\n%s", arg.c_str(),
+                             kUsage);
+                return 2;
+            }
+            (arg == "--threads" ? threads : batch) = v;
+            ++i;
+        } else if (!options_done && arg == "--tokens") {
+            tokens = true;
+        } else if (!options_done && (arg == "--help" || arg == "-h")) {
+            std::fputs(kUsage, stdout);
+            return 0;
+        } else if (!options_done && arg == "--") {
+            options_done = true;
+        } else if (!options_done && arg.size() > 1 && arg[0] == '-' && arg[1] == '-') {
+            std::fprintf(stderr, "embed: unknown option %s\n%s", arg.c_str(), kUsage);
+            return 2;
+        } else if (dir.empty()) {
+            dir = arg;
+        } else {
+            texts.push_back(arg);
+        }
+    }
+    if (dir.empty()) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    if (threads > 0) set_threads(static_cast<int>(threads));
+
+    try {
+        auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
+        if (texts.empty())
+            for (std::string line; std::getline(std::cin, line);) {
+                if (!line.empty() && line.back() == '\r') line.pop_back();
+                texts.push_back(line);
+            }
+        if (tokens) {
+            for (const std::string& t : texts) {
+                const std::vector<std::int64_t> ids = embedder.tokenizer().encode(t);
+                for (std::size_t i = 0; i < ids.size(); ++i)
+                    std::printf(i ? " %lld" : "%lld", static_cast<long long>(ids[i]));
+                std::printf("\n");
+            }
+            return 0;
+        }
+        // Progress on standard error, for large inputs or when someone watches it.
+        const bool show = texts.size() > 1000 || (stderr_is_terminal() && texts.size() > 64);
+        std::function<void(headwise::Index, headwise::Index)> progress;
+        if (show)
+            progress = [](headwise::Index done, headwise::Index total) {
+                std::fprintf(stderr, "\rembed: %lld / %lld texts", static_cast<long long>(done),
+                             static_cast<long long>(total));
+                if (done == total) std::fprintf(stderr, "\n");
+            };
+        const headwise::Tensor<float> e = embedder.encode(texts, batch, progress);  // [N, E]
+        const headwise::Index E = embedder.dimension();
+        for (headwise::Index n = 0; n < e.shape()[0]; ++n) {
+            for (headwise::Index j = 0; j < E; ++j)
+                std::printf(j ? " %.9g" : "%.9g", static_cast<double>(e.data()[n * E + j]));
+            std::printf("\n");
+        }
+    } catch (const std::exception& ex) {
+        std::fprintf(stderr, "embed: %s\n", ex.what());
+        return 1;
+    }
+    return 0;
+}

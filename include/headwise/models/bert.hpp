@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: MIT
+// BertModel<T>: the BERT encoder (embeddings, then post-norm layers) under Hugging Face's names.
+#pragma once
+
+#if !__has_include(<nlohmann/json.hpp>)
+#error \
+    "headwise/models/bert.hpp needs nlohmann/json (Debian: nlohmann-json3-dev), for \
+config.json and safetensors files; headwise::headwise links it when CMake finds it"
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>    // std::int64_t, std::uint64_t, std::uint8_t
+#include <cstring>    // std::memcpy
+#include <fstream>    // std::ifstream
+#include <map>        // std::map
+#include <stdexcept>  // std::invalid_argument, std::runtime_error
+#include <string>     // std::string, std::to_string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../io/safetensors.hpp"
+#include "../layers/attention/multihead_attention.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/gelu.hpp"
+#include "../layers/layer_norm.hpp"
+#include "../layers/linear.hpp"
+#include "../layers/module.hpp"
+#include "../random.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+namespace headwise::models {
+
+/// The keys of a Hugging Face BERT config.json that the encoder needs.
+struct BertConfig {
+    Index vocab_size = 30522;
+    Index hidden_size = 768;              // E
+    Index num_hidden_layers = 12;         // N
+    Index num_attention_heads = 12;       // H
+    Index intermediate_size = 3072;       // F
+    Index max_position_embeddings = 512;  // longest sequence
+    Index type_vocab_size = 2;            // segments (token_type_ids)
+    Index pad_token_id = 0;
+    double layer_norm_eps = 1e-12;
+    /// hidden_act: "gelu" is the exact erf form; "gelu_new" and "gelu_pytorch_tanh" the tanh
+    /// approximation.
+    GeluApproximation hidden_act = GeluApproximation::none;
+
+    /// Reads config.json. Throws std::runtime_error naming the file and the key that is missing,
+    /// of the wrong type or out of range, or that asks for what this encoder does not do
+    /// (another hidden_act, a position_embedding_type other than "absolute", a model_type other
+    /// than "bert").
+    static BertConfig from_json_file(const std::string& path);
+};
+
+/// One BERT layer (Devlin et al. 2019; Vaswani et al. 2017, Section 3.1), post-norm:
+///   x = LayerNorm(x + Attention(x));  out = LayerNorm(x + W2 GELU(W1 x + b1) + b2)
+/// with Hugging Face's parameter names (attention.self.query.weight, ...,
+/// attention.output.dense, attention.output.LayerNorm, intermediate.dense, output.dense,
+/// output.LayerNorm). The attention is a MultiheadAttention: BERT's separate query, key and value
+/// Linears are the row blocks [0, E), [E, 2E), [2E, 3E) of its packed in_proj_weight, visited
+/// under their own names, so a state dict of either layout loads with one copy and any
+/// Projection computes from the same memory. Inference only: forward in any mode computes the
+/// same and there is no backward (the model has no dropout at inference).
+template <class T>
+class BertLayer : public Module<BertLayer<T>, T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    static constexpr const char* kName = "headwise::models::BertLayer";
+
+    BertLayer(const BertConfig& config, Projection projection, std::uint64_t seed);
+
+    /// x [B, L, E] -> [B, L, E]; masks.key_padding_mask [B, L] (true = padding) keeps padding
+    /// out of every attention row.
+    Tensor<T> forward(TensorView<const T> x, const AttentionMasks<T>& masks);
+
+    BertLayer& with_projection(Projection projection) {
+        attention_.with_projection(projection);
+        return *this;
+    }
+    MultiheadAttention<T>& attention() noexcept { return attention_; }
+    const MultiheadAttention<T>& attention() const noexcept { return attention_; }
+
+    template <class Self, class Visit>
+    static void visit_parameters(Self& self, Visit&& visit);
+    template <class Self, class Visit>
+    static void visit_children(Self& self, Visit&& visit) {
+        visit(self.attention_);
+        visit(self.attention_norm_);
+        visit(self.intermediate_);
+        visit(self.output_);
+        visit(self.output_norm_);
+    }
+
+private:
+    static MultiheadAttentionOptions attention_options(const BertConfig& c, Projection p);
+
+    Generator rng_;  // draws the linears' initial weights
+    MultiheadAttention<T> attention_;
+    LayerNorm<T> attention_norm_;
+    Linear<T> intermediate_, output_;
+    LayerNorm<T> output_norm_;
+    GELU<T> act_;
+};
+
+/// The BERT encoder as transformers' BertModel computes last_hidden_state:
+///   x = LayerNorm(word_embeddings[ids] + position_embeddings[0..L) + token_type_embeddings[types])
+///   then each of the N BertLayers.
+/// Parameters under Hugging Face's names (embeddings.word_embeddings.weight, ...,
+/// encoder.layer.N.attention.self.query.weight, ...). The pooler (dense + tanh on [CLS], used by
+/// next-sentence prediction, not by sentence embeddings) is not part of it: from_pretrained
+/// ignores pooler.* entries, and the int64 embeddings.position_ids buffer (0, 1, 2, ...) that
+/// older checkpoints hold. Inference only; a model is in evaluation mode from the start, as
+/// transformers' from_pretrained returns it.
+template <class T>
+class BertModel : public Module<BertModel<T>, T> {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    static constexpr const char* kName = "headwise::models::BertModel";
+
+    /// A model of the given configuration with the headwise modules' initial weights (not
+    /// BERT's); load trained ones with load_state_dict() or use from_pretrained(). Throws
+    /// std::invalid_argument for non-positive sizes or heads not dividing hidden_size.
+    explicit BertModel(const BertConfig& config, Projection projection = Projection::fused,
+                       std::uint64_t seed = 0);
+
+    /// From a Hugging Face model directory: config.json and model.safetensors (float32, float64,
+    /// bfloat16 or float16 weights, read into T). Keys may carry a "bert." prefix (as saved from
+    /// BertFor... heads); keys of heads are ignored then. Throws std::runtime_error naming the
+    /// file when one is missing or malformed, std::invalid_argument naming the entry when a
+    /// weight is missing or of the wrong shape.
+    static BertModel from_pretrained(const std::string& dir,
+                                     Projection projection = Projection::fused);
+
+    /// Loads a checkpoint's state dict: the encoder's keys, strictly (each present, each of its
+    /// shape); pooler.* and embeddings.position_ids are ignored; `prefix` is removed first.
+    void load_pretrained(StateDict<T> state, const std::string& prefix = "");
+
+    /// input_ids [B, L] (or [L]) -> last_hidden_state [B, L, E] (or [L, E]). padding_mask
+    /// [B, L], true = padding, or empty for none; token_type_ids [B, L] or empty for all 0.
+    /// Throws std::out_of_range for an id outside the vocabulary or the type vocabulary,
+    /// shape_error for masks of another shape or L > max_position_embeddings.
+    Tensor<T> forward(TensorView<const std::int64_t> input_ids,
+                      TensorView<const bool> padding_mask = {},
+                      TensorView<const std::int64_t> token_type_ids = {});
+
+    /// Every layer's attention computes its projections this way from now on.
+    BertModel& with_projection(Projection projection) {
+        headwise::detail::check_projection("headwise::models::BertModel::with_projection",
+                                           "projection", projection);
+        for (BertLayer<T>& l : layers_) l.with_projection(projection);
+        return *this;
+    }
+    const BertConfig& config() const noexcept { return config_; }
+    std::vector<BertLayer<T>>& layers() noexcept { return layers_; }
+
+    template <class Self, class Visit>
+    static void visit_parameters(Self& self, Visit&& visit);
+    template <class Self, class Visit>
+    static void visit_children(Self& self, Visit&& visit) {
+        visit(self.word_embeddings_);
+        visit(self.position_embeddings_);
+        visit(self.token_type_embeddings_);
+        visit(self.embeddings_norm_);
+        for (auto& layer : self.layers_) visit(layer);
+    }
+
+private:
+    static const BertConfig& checked(const BertConfig& c);
+
+    BertConfig config_;
+    Generator rng_;  // draws the embeddings' initial weights
+    Embedding<T> word_embeddings_, position_embeddings_, token_type_embeddings_;
+    LayerNorm<T> embeddings_norm_;
+    std::vector<BertLayer<T>> layers_;
+};
+
+/// The floating-point entries of a safetensors checkpoint, read into T, as
+/// io::load_safetensors reads them; entries of integer or boolean dtypes (buffers such as
+/// BERT's embeddings.position_ids, which io::load_safetensors rejects) are left out. Throws
+/// std::runtime_error naming the file (and the entry) when it is missing or malformed.
+template <class T>
+StateDict<T> load_weights(const std::string& path);
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+
+inline nlohmann::json read_json_object(const char* fn, const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error(std::string(fn) + ": " + path + ": cannot open the file");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded())
+        throw std::runtime_error(std::string(fn) + ": " + path + ": not valid JSON");
+    if (!j.is_object())
+        throw std::runtime_error(std::string(fn) + ": " + path + ": expected a JSON object");
+    return j;
+}
+
+/// A safetensors file's bytes with every entry of a dtype load_safetensors does not read
+/// (integer buffers such as embeddings.position_ids) relabelled as raw F32 bytes [n / 4] under
+/// its own name, so the file loads as a whole; the caller drops those entries. Returns the
+/// renamed entries' names in `relabelled`.
+inline std::vector<std::uint8_t> float_view_of_safetensors(const char* fn, const std::string& path,
+                                                           std::vector<std::string>& relabelled) {
+    const auto fail = [&](const std::string& what) {
+        throw std::runtime_error(std::string(fn) + ": " + path + ": " + what);
+    };
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot open the file");
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::uint64_t>(in.tellg());
+    in.seekg(0, std::ios::beg);
+    if (size < 8) fail("shorter than the 8-byte header length");
+    std::uint8_t len_bytes[8];
+    in.read(reinterpret_cast<char*>(len_bytes), 8);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len_bytes[i]) << (8 * i);
+    if (n > size - 8) fail("header length " + std::to_string(n) + " runs past the file");
+    std::string header(static_cast<std::size_t>(n), '\0');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+    bool changed = false;
+    if (!j.is_discarded() && j.is_object()) {
+        for (auto& [name, entry] : j.items()) {
+            if (name == "__metadata__" || !entry.is_object()) continue;
+            const auto dtype = entry.find("dtype");
+            const auto offsets = entry.find("data_offsets");
+            if (dtype == entry.end() || !dtype->is_string() || offsets == entry.end() ||
+                !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number() ||
+                !(*offsets)[1].is_number())
+                continue;  // malformed: load_safetensors says what is wrong
+            const std::string d = dtype->get<std::string>();
+            if (d == "F32" || d == "F64" || d == "BF16" || d == "F16") continue;
+            const auto bytes =
+                (*offsets)[1].get<std::uint64_t>() - (*offsets)[0].get<std::uint64_t>();
+            if (bytes % 4 != 0) continue;
+            entry["dtype"] = "F32";
+            entry["shape"] = nlohmann::json::array({bytes / 4});
+            relabelled.push_back(name);
+            changed = true;
+        }
+    }
+    std::string new_header = changed ? j.dump() : header;
+    while (new_header.size() % 8 != 0) new_header.push_back(' ');
+    std::vector<std::uint8_t> out(8 + new_header.size() + (size - 8 - n));
+    const std::uint64_t m = new_header.size();
+    for (int i = 0; i < 8; ++i)
+        out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(m >> (8 * i));
+    std::memcpy(out.data() + 8, new_header.data(), new_header.size());
+    in.read(reinterpret_cast<char*>(out.data() + 8 + new_header.size()),
+            static_cast<std::streamsize>(size - 8 - n));
+    if (!in) fail("read error");
+    return out;
+}
+
+}  // namespace detail
+
+inline BertConfig BertConfig::from_json_file(const std::string& path) {
+    constexpr const char* fn = "headwise::models::BertConfig::from_json_file";
+    const nlohmann::json j = detail::read_json_object(fn, path);
+    const auto fail = [&](const std::string& key, const std::string& what) {
+        throw std::runtime_error(std::string(fn) + ": " + path + ": " + key + ": " + what);
+    };
+    BertConfig c;
+    const auto integer = [&](const char* key, Index& into, bool required, Index minimum) {
+        const auto it = j.find(key);
+        if (it == j.end()) {
+            if (required) fail(key, "missing");
+            return;
+        }
+        if (!it->is_number_integer()) fail(key, "expected an integer, got " + it->dump());
+        const auto v = it->get<std::int64_t>();
+        if (v < minimum)
+            fail(key,
+                 "expected at least " + std::to_string(minimum) + ", got " + std::to_string(v));
+        into = static_cast<Index>(v);
+    };
+    integer("vocab_size", c.vocab_size, true, 1);
+    integer("hidden_size", c.hidden_size, true, 1);
+    integer("num_hidden_layers", c.num_hidden_layers, true, 1);
+    integer("num_attention_heads", c.num_attention_heads, true, 1);
+    integer("intermediate_size", c.intermediate_size, true, 1);
+    integer("max_position_embeddings", c.max_position_embeddings, true, 1);
+    integer("type_vocab_size", c.type_vocab_size, false, 1);
+    integer("pad_token_id", c.pad_token_id, false, 0);
+    if (c.hidden_size % c.num_attention_heads != 0)
+        fail("num_attention_heads", "must divide hidden_size = " + std::to_string(c.hidden_size) +
+                                        ", got " + std::to_string(c.num_attention_heads));
+    if (const auto it = j.find("layer_norm_eps"); it != j.end()) {
+        if (!it->is_number() || !(it->get<double>() >= 0))
+            fail("layer_norm_eps", "expected a non-negative number, got " + it->dump());
+        c.layer_norm_eps = it->get<double>();
+    }
+    if (const auto it = j.find("hidden_act"); it != j.end()) {
+        const std::string act = it->is_string() ? it->get<std::string>() : it->dump();
+        if (act == "gelu")
+            c.hidden_act = GeluApproximation::none;
+        else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+            c.hidden_act = GeluApproximation::tanh;
+        else
+            fail("hidden_act",
+                 "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " + it->dump());
+    }
+    if (const auto it = j.find("position_embedding_type");
+        it != j.end() && !it->is_null() && *it != "absolute")
+        fail("position_embedding_type", "expected \"absolute\", got " + it->dump());
+    if (const auto it = j.find("model_type"); it != j.end() && *it != "bert")
+        fail("model_type", "expected \"bert\", got " + it->dump());
+    return c;
+}
+
+template <class T>
+MultiheadAttentionOptions BertLayer<T>::attention_options(const BertConfig& c, Projection p) {
+    MultiheadAttentionOptions o;
+    o.embed_dim = c.hidden_size;
+    o.num_heads = c.num_attention_heads;
+    o.bias = true;
+    o.dropout = 0.0;
+    o.projection = p;
+    return o;
+}
+
+template <class T>
+BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, std::uint64_t seed)
+    : rng_(seed),
+      attention_(attention_options(c, projection), seed + 1),
+      attention_norm_(c.hidden_size, c.layer_norm_eps),
+      intermediate_(c.hidden_size, c.intermediate_size, true, rng_),
+      output_(c.intermediate_size, c.hidden_size, true, rng_),
+      output_norm_(c.hidden_size, c.layer_norm_eps),
+      act_(c.hidden_act) {}
+
+template <class T>
+template <class Self, class Visit>
+void BertLayer<T>::visit_parameters(Self& self, Visit&& visit) {
+    // The attention's packed parameters, cut into BERT's query, key and value blocks.
+    auto attention = self.attention_.parameters();  // in_proj_weight, in_proj_bias, out_proj.*
+    const Index E = self.attention_.embed_dim();
+    auto find = [&](const char* name) {
+        for (auto& p : attention)
+            if (p.name == name) return p;
+        throw std::logic_error(std::string("headwise::models::BertLayer: the attention has no ") +
+                               name);
+    };
+    const auto w = find("in_proj_weight");  // [3E, E]: query rows, key rows, value rows
+    const auto b = find("in_proj_bias");    // [3E]
+    const char* names[3] = {"attention.self.query.", "attention.self.key.",
+                            "attention.self.value."};
+    for (Index i = 0; i < 3; ++i) {
+        const std::string prefix = names[i];
+        visit(prefix + "weight", view(w.value.data() + i * E * E, Shape{E, E}),
+              view(w.grad.data() + i * E * E, Shape{E, E}));
+        visit(prefix + "bias", view(b.value.data() + i * E, Shape{E}),
+              view(b.grad.data() + i * E, Shape{E}));
+    }
+    const auto ow = find("out_proj.weight");
+    const auto ob = find("out_proj.bias");
+    visit("attention.output.dense.weight", ow.value, ow.grad);
+    visit("attention.output.dense.bias", ob.value, ob.grad);
+    BertLayer::visit_child(self.attention_norm_, "attention.output.LayerNorm.", visit);
+    BertLayer::visit_child(self.intermediate_, "intermediate.dense.", visit);
+    BertLayer::visit_child(self.output_, "output.dense.", visit);
+    BertLayer::visit_child(self.output_norm_, "output.LayerNorm.", visit);
+}
+
+template <class T>
+Tensor<T> BertLayer<T>::forward(TensorView<const T> x, const AttentionMasks<T>& masks) {
+    // x [B, L, E]
+    Tensor<T> h = attention_.forward(x, x, x, masks).output;  // [B, L, E]
+    h.matrix() += x.matrix();                                 // x + Attention(x)
+    h = attention_norm_.forward(h);                           // [B, L, E]
+    Tensor<T> f = intermediate_.forward(h);                   // [B, L, F]
+    f = act_.forward(f);                                      // GELU, [B, L, F]
+    Tensor<T> y = output_.forward(f);                         // [B, L, E]
+    y.matrix() += h.matrix();                                 // h + FFN(h)
+    return output_norm_.forward(y);                           // [B, L, E]
+}
+
+template <class T>
+const BertConfig& BertModel<T>::checked(const BertConfig& c) {
+    constexpr const char* fn = "headwise::models::BertModel::BertModel";
+    const auto positive = [&](const char* name, Index v) {
+        if (v <= 0) throw_invalid_argument(fn, name, "must be positive", std::to_string(v));
+    };
+    positive("config.vocab_size", c.vocab_size);
+    positive("config.hidden_size", c.hidden_size);
+    positive("config.num_hidden_layers", c.num_hidden_layers);
+    positive("config.num_attention_heads", c.num_attention_heads);
+    positive("config.intermediate_size", c.intermediate_size);
+    positive("config.max_position_embeddings", c.max_position_embeddings);
+    positive("config.type_vocab_size", c.type_vocab_size);
+    if (c.hidden_size % c.num_attention_heads != 0)
+        throw_invalid_argument(fn, "config.num_attention_heads",
+                               "must divide hidden_size = " + std::to_string(c.hidden_size),
+                               std::to_string(c.num_attention_heads));
+    return c;
+}
+
+template <class T>
+BertModel<T>::BertModel(const BertConfig& config, Projection projection, std::uint64_t seed)
+    : config_(checked(config)),
+      rng_(seed),
+      word_embeddings_(config.vocab_size, config.hidden_size, std::nullopt, rng_),
+      position_embeddings_(config.max_position_embeddings, config.hidden_size, std::nullopt, rng_),
+      token_type_embeddings_(config.type_vocab_size, config.hidden_size, std::nullopt, rng_),
+      embeddings_norm_(config.hidden_size, config.layer_norm_eps) {
+    layers_.reserve(static_cast<std::size_t>(config.num_hidden_layers));
+    for (Index i = 0; i < config.num_hidden_layers; ++i)
+        layers_.emplace_back(config, projection, seed + 2 * static_cast<std::uint64_t>(i) + 1);
+    this->eval();
+}
+
+template <class T>
+template <class Self, class Visit>
+void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
+    BertModel::visit_child(self.word_embeddings_, "embeddings.word_embeddings.", visit);
+    BertModel::visit_child(self.position_embeddings_, "embeddings.position_embeddings.", visit);
+    BertModel::visit_child(self.token_type_embeddings_, "embeddings.token_type_embeddings.", visit);
+    BertModel::visit_child(self.embeddings_norm_, "embeddings.LayerNorm.", visit);
+    for (std::size_t i = 0; i < self.layers_.size(); ++i)
+        BertModel::visit_child(self.layers_[i], "encoder.layer." + std::to_string(i) + ".", visit);
+}
+
+template <class T>
+void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
+    // A checkpoint's pooler and position_ids buffer are not the encoder's; with a prefix, keys
+    // outside it (the heads of BertFor... models) are left alone by load_state_dict.
+    for (auto it = state.begin(); it != state.end();) {
+        const std::string& key = it->first;
+        const bool ours = key.compare(0, prefix.size(), prefix) == 0;
+        const std::string name = ours ? key.substr(prefix.size()) : std::string();
+        if (ours && (name.compare(0, 7, "pooler.") == 0 || name == "embeddings.position_ids"))
+            it = state.erase(it);
+        else
+            ++it;
+    }
+    this->load_state_dict(state, prefix);
+}
+
+template <class T>
+StateDict<T> load_weights(const std::string& path) {
+    std::vector<std::string> relabelled;
+    const std::vector<std::uint8_t> bytes =
+        detail::float_view_of_safetensors("headwise::models::load_weights", path, relabelled);
+    StateDict<T> state = io::parse_safetensors<T>(bytes.data(), bytes.size(), path);
+    for (const std::string& name : relabelled) state.erase(name);
+    return state;
+}
+
+template <class T>
+BertModel<T> BertModel<T>::from_pretrained(const std::string& dir, Projection projection) {
+    constexpr const char* fn = "headwise::models::BertModel::from_pretrained";
+    const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+    const BertConfig config = BertConfig::from_json_file(base + "config.json");
+    const std::string weights = base + "model.safetensors";
+    StateDict<T> state = load_weights<T>(weights);
+    BertModel model(config, projection);
+    // A BertFor... checkpoint keeps the encoder under "bert.".
+    const bool prefixed = state.count("embeddings.word_embeddings.weight") == 0 &&
+                          state.count("bert.embeddings.word_embeddings.weight") != 0;
+    try {
+        model.load_pretrained(std::move(state), prefixed ? "bert." : "");
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(fn) + ": " + weights + ": " + e.what());
+    }
+    return model;
+}
+
+template <class T>
+Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
+                                TensorView<const bool> padding_mask,
+                                TensorView<const std::int64_t> token_type_ids) {
+    constexpr const char* fn = "headwise::models::BertModel::forward";
+    const bool batched = input_ids.rank() == 2;
+    if (input_ids.rank() != 1 && input_ids.rank() != 2)
+        throw shape_error(fn, "input_ids", "[B, L] or [L]", input_ids.shape());
+    const Index B = batched ? input_ids.size(0) : 1;
+    const Index L = input_ids.size(-1);
+    const Index E = config_.hidden_size;
+    if (L > config_.max_position_embeddings)
+        throw shape_error(fn, "input_ids",
+                          "at most max_position_embeddings = " +
+                              std::to_string(config_.max_position_embeddings) + " positions",
+                          input_ids.shape());
+    const bool padded = padding_mask.data() != nullptr && padding_mask.numel() > 0;
+    if (padded)
+        headwise::detail::check_shape(fn, "padding_mask", padding_mask.shape(), input_ids.shape());
+    const bool typed = token_type_ids.data() != nullptr && token_type_ids.numel() > 0;
+    if (typed)
+        headwise::detail::check_shape(fn, "token_type_ids", token_type_ids.shape(),
+                                      input_ids.shape());
+
+    // Embeddings (Devlin et al. 2019, Section 3.2): the sum of the token, position and segment
+    // embeddings, then LayerNorm.
+    const Shape bl{B, L};
+    Tensor<T> x = word_embeddings_.forward(input_ids.reshape(bl));  // [B, L, E], checks the ids
+    Tensor<std::int64_t> positions(Shape{L});
+    for (Index t = 0; t < L; ++t) positions.data()[t] = t;
+    const Tensor<T> pos = position_embeddings_.forward(positions);  // [L, E]
+    Tensor<std::int64_t> zero(Shape{1});
+    const Tensor<T> types =
+        token_type_embeddings_.forward(typed ? token_type_ids.reshape(bl) : zero.view());
+    for (Index b = 0; b < B; ++b)
+        for (Index t = 0; t < L; ++t) {
+            T* row = x.data() + (b * L + t) * E;                               // [E]
+            const T* p = pos.data() + t * E;                                   // [E]
+            const T* s = types.data() + (typed ? (b * L + t) * E : Index{0});  // [E]
+            for (Index e = 0; e < E; ++e) row[e] = (row[e] + s[e]) + p[e];  // transformers' order
+        }
+    x = embeddings_norm_.forward(x);
+
+    AttentionMasks<T> masks;
+    if (padded) {
+        bool any = false;
+        for (Index i = 0; i < padding_mask.numel(); ++i) any = any || padding_mask.data()[i];
+        if (any) {
+            masks.key_padding_mask = Tensor<bool>(bl);
+            std::copy_n(padding_mask.data(), B * L, masks.key_padding_mask.data());
+        }
+    }
+    for (BertLayer<T>& layer : layers_) x = layer.forward(x, masks);
+    if (!batched) x = std::move(x).reshape(Shape{L, E});
+    return x;
+}
+
+}  // namespace headwise::models

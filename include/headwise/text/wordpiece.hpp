@@ -1,0 +1,568 @@
+// SPDX-License-Identifier: MIT
+// BertTokenizer: BERT's text normalisation, pre-tokenization and WordPiece, as Hugging Face's.
+#pragma once
+
+#if !__has_include(<utf8proc.h>) || !__has_include(<nlohmann/json.hpp>)
+#error \
+    "headwise/text/wordpiece.hpp needs utf8proc (Debian: libutf8proc-dev) and nlohmann/json \
+(Debian: nlohmann-json3-dev); headwise::headwise links both when CMake finds them"
+#endif
+
+#include <utf8proc.h>  // utf8proc_iterate, utf8proc_encode_char, utf8proc_category, utf8proc_map
+#include <nlohmann/json.hpp>
+
+#include <algorithm>         // std::find_if, std::max, std::stable_sort
+#include <cstdint>           // std::int64_t, std::int32_t
+#include <cstdlib>           // std::free
+#include <fstream>           // std::ifstream
+#include <initializer_list>  // std::initializer_list
+#include <iterator>          // std::istreambuf_iterator
+#include <memory>            // std::unique_ptr
+#include <optional>          // std::optional
+#include <stdexcept>         // std::invalid_argument, std::runtime_error
+#include <string>            // std::string, std::u32string, std::to_string
+#include <string_view>       // std::string_view
+#include <unordered_map>     // std::unordered_map
+#include <utility>           // std::move, std::pair
+#include <vector>            // std::vector
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+
+namespace headwise::text {
+
+/// What a BERT tokenizer does besides its vocabulary: the keys of Hugging Face's
+/// tokenizer_config.json (do_lower_case, strip_accents, tokenize_chinese_chars, the special
+/// tokens) and WordPiece's settings.
+struct BertTokenizerOptions {
+    bool lowercase = true;               // do_lower_case
+    std::optional<bool> strip_accents;   // unset: strip when lowercasing, as BERT does
+    bool tokenize_chinese_chars = true;  // a space on each side of every CJK ideograph
+    bool clean_text = true;  // drop NUL, U+FFFD and control/format characters; whitespace -> ' '
+    Index max_length = 512;  // ids per text after truncation, [CLS] and [SEP] included (>= 2)
+    Index max_input_chars_per_word = 100;  // a longer word becomes [UNK] whole
+    std::string continuing_subword_prefix = "##";
+    std::string unk_token = "[UNK]";
+    std::string cls_token = "[CLS]";
+    std::string sep_token = "[SEP]";
+    std::string pad_token = "[PAD]";
+    std::string mask_token = "[MASK]";
+    std::vector<std::string> additional_special_tokens;
+};
+
+/// A batch of encoded texts, padded on the right to the longest.
+struct BertBatch {
+    Tensor<std::int64_t> input_ids;  // [B, L]: [CLS] ... [SEP] then [PAD]
+    Tensor<bool> padding_mask;       // [B, L]: true = padding (key_padding_mask's polarity)
+    std::vector<Index> lengths;      // ids of each text before padding
+};
+
+/// BERT's tokenizer as Hugging Face's `tokenizers` runs it (BertNormalizer, BertPreTokenizer,
+/// WordPiece, then [CLS] text [SEP]), the tokenizer sentence-transformers uses:
+///  0. the special tokens ([CLS], [SEP], [PAD], [UNK], [MASK], additional ones) written in the
+///     text are matched first, exactly and leftmost-longest, and pass through as themselves;
+///  1. clean: NUL, U+FFFD and characters of category Cc, Cf, Co, Cs (but tab, LF, CR) are
+///     dropped, white space (Unicode White_Space) becomes ' ';
+///  2. a space on each side of every CJK ideograph;
+///  3. accents stripped: canonical decomposition (NFD) without the nonspacing marks (Mn);
+///  4. lower case (Unicode's full lower-case mapping);
+///  5. split on white space, and every punctuation character (ASCII punctuation, which includes
+///     $ + < = > ^ ` | ~, and Unicode's P* categories) on its own;
+///  6. WordPiece (Wu et al. 2016): each word, greedily, as the longest vocabulary entry from its
+///     start, then the longest "##"-prefixed entry from where that ended, and so on; a word
+///     with a part no entry matches, or longer than max_input_chars_per_word characters,
+///     becomes [UNK].
+/// Unicode properties come from utf8proc, so they are those of its Unicode version; `tokenizers`
+/// uses older tables for steps 1 and 5, and the characters assigned to a punctuation or format
+/// category since then are split or dropped here but not there (see tests/test_wordpiece.cpp,
+/// which measures this over every code point).
+class BertTokenizer {
+public:
+    /// `vocab[i]` is the token of id i. Throws std::invalid_argument when a special token of
+    /// `options` is not in the vocabulary or max_length < 2.
+    explicit BertTokenizer(std::vector<std::string> vocab, BertTokenizerOptions options = {});
+
+    /// From a Hugging Face model directory: vocab.txt, and when present tokenizer_config.json
+    /// (do_lower_case, strip_accents, tokenize_chinese_chars, model_max_length, special tokens)
+    /// and special_tokens_map.json. `max_length` overrides model_max_length (sentence-transformers
+    /// truncates to its max_seq_length). Throws std::runtime_error naming the file that is
+    /// missing or malformed.
+    static BertTokenizer from_directory(const std::string& dir,
+                                        std::optional<Index> max_length = std::nullopt);
+
+    /// Steps 0-5: the words and punctuation of `text` (UTF-8), normalised, special tokens as
+    /// they are. Throws std::invalid_argument naming the byte offset of invalid UTF-8.
+    std::vector<std::string> basic_tokenize(std::string_view text) const;
+    /// Step 6 for one normalised word: its WordPiece ids.
+    std::vector<std::int64_t> wordpiece(std::string_view word) const;
+    /// Every id of `text` without [CLS], [SEP] or truncation.
+    std::vector<std::int64_t> tokenize(std::string_view text) const;
+    /// [CLS] ids [SEP], the ids truncated to max_length - 2.
+    std::vector<std::int64_t> encode(std::string_view text) const;
+    /// encode() of each text, padded with [PAD] to the longest. An empty batch gives [0, 0].
+    BertBatch encode_batch(const std::vector<std::string>& texts) const;
+
+    Index vocab_size() const noexcept { return static_cast<Index>(vocab_.size()); }
+    std::optional<std::int64_t> token_to_id(std::string_view token) const;
+    /// Throws std::out_of_range for an id outside [0, vocab_size()).
+    const std::string& id_to_token(std::int64_t id) const;
+    std::int64_t cls_id() const noexcept { return cls_id_; }
+    std::int64_t sep_id() const noexcept { return sep_id_; }
+    std::int64_t pad_id() const noexcept { return pad_id_; }
+    std::int64_t unk_id() const noexcept { return unk_id_; }
+    const BertTokenizerOptions& options() const noexcept { return options_; }
+
+private:
+    // Steps 1-4 on a piece of text without special tokens, which starts at byte `offset`.
+    void normalise_into(std::string_view text, std::size_t offset, std::u32string& out) const;
+    void split_words(const std::u32string& text, std::vector<std::string>& words) const;
+    template <class F>
+    void for_each_piece(std::string_view text, F&& f) const;
+
+    BertTokenizerOptions options_;
+    std::vector<std::string> vocab_;
+    std::unordered_map<std::string, std::int64_t> ids_;
+    std::vector<std::pair<std::string, std::int64_t>> specials_;  // longest first
+    std::int64_t cls_id_ = 0, sep_id_ = 0, pad_id_ = 0, unk_id_ = 0;
+};
+
+/// Reads a vocabulary file: one token per line, the id being the line number (from 0); trailing
+/// white space and a CR are not part of a token. Throws std::runtime_error naming the file.
+std::vector<std::string> read_vocab(const std::string& path);
+
+// ---- definitions ----------------------------------------------------------------------------
+
+namespace detail {
+
+inline bool is_category(std::int32_t c, std::initializer_list<utf8proc_category_t> cats) {
+    const utf8proc_category_t k = utf8proc_category(c);
+    for (utf8proc_category_t x : cats)
+        if (k == x) return true;
+    return false;
+}
+
+/// Unicode's White_Space property: Zs, Zl, Zp, and the controls tab to CR and NEL.
+inline bool is_whitespace(std::int32_t c) {
+    if ((c >= 0x09 && c <= 0x0D) || c == 0x85) return true;
+    return is_category(c, {UTF8PROC_CATEGORY_ZS, UTF8PROC_CATEGORY_ZL, UTF8PROC_CATEGORY_ZP});
+}
+
+/// BERT's "control": the "other" categories Cc, Cf, Co, Cs, but tab, LF and CR, which it counts
+/// as white space. (Unassigned code points, Cn, are kept, as `tokenizers` keeps them.)
+inline bool is_control(std::int32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return false;
+    return is_category(c, {UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CF, UTF8PROC_CATEGORY_CO,
+                           UTF8PROC_CATEGORY_CS});
+}
+
+/// The CJK Unified Ideographs blocks BERT isolates (Devlin et al.'s tokenization.py lists them;
+/// `tokenizers` starts Extension E at U+2B920). Hangul, kana and CJK punctuation are not among
+/// them: those scripts are written with spaces or split by the punctuation rule.
+inline bool is_chinese_char(std::int32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/// ASCII punctuation (the 32 printable non-alphanumeric ASCII characters: BERT counts $, +, <,
+/// =, >, ^, `, |, ~ as punctuation though Unicode calls them symbols), or a P* category.
+inline bool is_punctuation(std::int32_t c) {
+    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+        (c >= 123 && c <= 126))
+        return true;
+    return is_category(
+        c, {UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PD, UTF8PROC_CATEGORY_PS, UTF8PROC_CATEGORY_PE,
+            UTF8PROC_CATEGORY_PI, UTF8PROC_CATEGORY_PF, UTF8PROC_CATEGORY_PO});
+}
+
+inline void append_utf8(std::string& out, std::int32_t c) {
+    utf8proc_uint8_t buf[4];
+    const utf8proc_ssize_t n = utf8proc_encode_char(c, buf);
+    out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
+}
+
+inline std::string to_utf8(const std::u32string& s, std::size_t begin, std::size_t end) {
+    std::string out;
+    out.reserve(end - begin);
+    for (std::size_t i = begin; i < end; ++i) append_utf8(out, static_cast<std::int32_t>(s[i]));
+    return out;
+}
+
+/// Appends the code points of UTF-8 `text` to `out`; throws naming the first invalid byte.
+inline void decode_utf8(const char* fn, std::string_view text, std::size_t offset,
+                        std::u32string& out) {
+    const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+    std::size_t i = 0;
+    while (i < text.size()) {
+        utf8proc_int32_t c = 0;
+        const utf8proc_ssize_t n =
+            utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(text.size() - i), &c);
+        if (n <= 0)
+            throw std::invalid_argument(std::string(fn) + ": text: invalid UTF-8 at byte " +
+                                        std::to_string(offset + i));
+        out.push_back(static_cast<char32_t>(c));
+        i += static_cast<std::size_t>(n);
+    }
+}
+
+inline std::string read_text_file(const char* fn, const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error(std::string(fn) + ": " + path + ": cannot open the file");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw std::runtime_error(std::string(fn) + ": " + path + ": read error");
+    return s;
+}
+
+inline nlohmann::json read_json_file(const char* fn, const std::string& path) {
+    const std::string text = read_text_file(fn, path);
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded())
+        throw std::runtime_error(std::string(fn) + ": " + path + ": not valid JSON");
+    if (!j.is_object())
+        throw std::runtime_error(std::string(fn) + ": " + path + ": expected a JSON object");
+    return j;
+}
+
+}  // namespace detail
+
+inline std::vector<std::string> read_vocab(const std::string& path) {
+    constexpr const char* fn = "headwise::text::read_vocab";
+    const std::string text = detail::read_text_file(fn, path);
+    std::vector<std::string> vocab;
+    std::size_t begin = 0;
+    while (begin < text.size()) {
+        std::size_t end = text.find('\n', begin);
+        if (end == std::string::npos) end = text.size();
+        std::size_t last = end;
+        while (last > begin &&
+               (text[last - 1] == '\r' || text[last - 1] == ' ' || text[last - 1] == '\t'))
+            --last;
+        vocab.push_back(text.substr(begin, last - begin));
+        begin = end + 1;
+    }
+    if (vocab.empty()) throw std::runtime_error(std::string(fn) + ": " + path + ": holds no token");
+    return vocab;
+}
+
+inline BertTokenizer::BertTokenizer(std::vector<std::string> vocab, BertTokenizerOptions options)
+    : options_(std::move(options)), vocab_(std::move(vocab)) {
+    constexpr const char* fn = "headwise::text::BertTokenizer::BertTokenizer";
+    if (options_.max_length < 2)
+        throw_invalid_argument(fn, "options.max_length", "must be at least 2 ([CLS] and [SEP])",
+                               std::to_string(options_.max_length));
+    if (options_.max_input_chars_per_word < 1)
+        throw_invalid_argument(fn, "options.max_input_chars_per_word", "must be positive",
+                               std::to_string(options_.max_input_chars_per_word));
+    ids_.reserve(vocab_.size());
+    // A token listed twice keeps its last id, as `tokenizers` reads a vocabulary file.
+    for (std::size_t i = 0; i < vocab_.size(); ++i) ids_[vocab_[i]] = static_cast<std::int64_t>(i);
+    auto special = [&](const char* what, const std::string& token) {
+        const auto it = ids_.find(token);
+        if (it == ids_.end())
+            throw_invalid_argument(fn, std::string("options.") + what,
+                                   "must be a token of the vocabulary", "'" + token + "'");
+        specials_.emplace_back(token, it->second);
+        return it->second;
+    };
+    unk_id_ = special("unk_token", options_.unk_token);
+    sep_id_ = special("sep_token", options_.sep_token);
+    pad_id_ = special("pad_token", options_.pad_token);
+    cls_id_ = special("cls_token", options_.cls_token);
+    special("mask_token", options_.mask_token);
+    for (const std::string& t : options_.additional_special_tokens)
+        special("additional_special_tokens", t);
+    // Leftmost-longest matching tries the longest token first at each position.
+    std::stable_sort(specials_.begin(), specials_.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
+                                                   std::optional<Index> max_length) {
+    constexpr const char* fn = "headwise::text::BertTokenizer::from_directory";
+    const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+    BertTokenizerOptions o;
+    auto exists = [](const std::string& path) { return std::ifstream(path).good(); };
+    auto read_token = [&](const nlohmann::json& j, const char* key, std::string& token,
+                          const std::string& path) {
+        const auto it = j.find(key);
+        if (it == j.end() || it->is_null()) return;
+        // A special token is a string, or an AddedToken object {"content": "...", ...}.
+        if (it->is_string()) {
+            token = it->get<std::string>();
+        } else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+            token = (*it)["content"].get<std::string>();
+        } else {
+            throw std::runtime_error(std::string(fn) + ": " + path + ": '" + key +
+                                     "' is neither a string nor an object with 'content'");
+        }
+    };
+    auto read_bool = [&](const nlohmann::json& j, const char* key,
+                         const std::string& path) -> std::optional<bool> {
+        const auto it = j.find(key);
+        if (it == j.end() || it->is_null()) return std::nullopt;
+        if (!it->is_boolean())
+            throw std::runtime_error(std::string(fn) + ": " + path + ": '" + key +
+                                     "' must be true, false or null, got " + it->dump());
+        return it->get<bool>();
+    };
+    for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
+        const std::string path = base + name;
+        if (!exists(path)) continue;
+        const nlohmann::json j = detail::read_json_file(fn, path);
+        read_token(j, "unk_token", o.unk_token, path);
+        read_token(j, "cls_token", o.cls_token, path);
+        read_token(j, "sep_token", o.sep_token, path);
+        read_token(j, "pad_token", o.pad_token, path);
+        read_token(j, "mask_token", o.mask_token, path);
+        if (const auto it = j.find("additional_special_tokens"); it != j.end() && it->is_array()) {
+            o.additional_special_tokens.clear();
+            for (const nlohmann::json& t : *it) {
+                std::string token;
+                nlohmann::json holder = {{"t", t}};
+                read_token(holder, "t", token, path);
+                o.additional_special_tokens.push_back(token);
+            }
+        }
+        if (std::string(name) != "tokenizer_config.json") continue;
+        if (auto v = read_bool(j, "do_lower_case", path)) o.lowercase = *v;
+        o.strip_accents = read_bool(j, "strip_accents", path);
+        if (auto v = read_bool(j, "tokenize_chinese_chars", path)) o.tokenize_chinese_chars = *v;
+        if (const auto it = j.find("model_max_length"); it != j.end() && it->is_number()) {
+            // transformers writes a huge sentinel (1e30) for "no limit".
+            const double m = it->get<double>();
+            if (m >= 2 && m < 1e9) o.max_length = static_cast<Index>(m);
+        }
+    }
+    if (max_length) o.max_length = *max_length;
+    return BertTokenizer(read_vocab(base + "vocab.txt"), std::move(o));
+}
+
+template <class F>
+void BertTokenizer::for_each_piece(std::string_view text, F&& f) const {
+    // Step 0: special tokens written in the text, leftmost-longest, matched on the raw bytes.
+    // f(piece, byte offset of the piece, the special token's id or none).
+    std::size_t start = 0, i = 0;
+    while (i < text.size()) {
+        const auto match = std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) {
+            return !s.first.empty() && text.compare(i, s.first.size(), s.first) == 0;
+        });
+        if (match == specials_.end()) {
+            ++i;
+            continue;
+        }
+        if (i > start) f(text.substr(start, i - start), start, std::optional<std::int64_t>());
+        f(text.substr(i, match->first.size()), i, std::optional<std::int64_t>(match->second));
+        i += match->first.size();
+        start = i;
+    }
+    if (text.size() > start) f(text.substr(start), start, std::optional<std::int64_t>());
+}
+
+inline void BertTokenizer::normalise_into(std::string_view text, std::size_t offset,
+                                          std::u32string& out) const {
+    constexpr const char* fn = "headwise::text::BertTokenizer::tokenize";
+    std::u32string raw;
+    detail::decode_utf8(fn, text, offset, raw);
+    // Steps 1-2, per character.
+    std::u32string s;
+    s.reserve(raw.size());
+    for (char32_t ch : raw) {
+        const auto c = static_cast<std::int32_t>(ch);
+        if (options_.clean_text) {
+            if (c == 0 || c == 0xFFFD || detail::is_control(c)) continue;
+            if (detail::is_whitespace(c)) {
+                s.push_back(U' ');
+                continue;
+            }
+        }
+        if (options_.tokenize_chinese_chars && detail::is_chinese_char(c)) {
+            s.push_back(U' ');
+            s.push_back(ch);
+            s.push_back(U' ');
+            continue;
+        }
+        s.push_back(ch);
+    }
+    // Step 3: NFD over the whole text (it also puts combining marks in canonical order), then
+    // without the nonspacing marks.
+    if (options_.strip_accents.value_or(options_.lowercase)) {
+        std::string utf8 = detail::to_utf8(s, 0, s.size());
+        utf8proc_uint8_t* nfd = nullptr;
+        const utf8proc_ssize_t n =
+            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
+                         static_cast<utf8proc_ssize_t>(utf8.size()), &nfd,
+                         static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+        if (n < 0)
+            throw std::runtime_error(std::string(fn) + ": utf8proc_map: " + utf8proc_errmsg(n));
+        const std::unique_ptr<utf8proc_uint8_t, void (*)(void*)> owner(nfd, std::free);
+        std::u32string decomposed;
+        detail::decode_utf8(
+            fn, std::string_view(reinterpret_cast<const char*>(nfd), static_cast<std::size_t>(n)),
+            0, decomposed);
+        s.clear();
+        for (char32_t ch : decomposed)
+            if (utf8proc_category(static_cast<std::int32_t>(ch)) != UTF8PROC_CATEGORY_MN)
+                s.push_back(ch);
+    }
+    // Step 4: full lower-case mapping. Unicode's simple mapping (utf8proc_tolower) is the full
+    // one but for U+0130 (capital I with dot above), whose full lower case is i + U+0307.
+    if (options_.lowercase) {
+        for (char32_t ch : s) {
+            if (ch == 0x130) {
+                out.push_back(U'i');
+                out.push_back(0x307);
+            } else {
+                out.push_back(
+                    static_cast<char32_t>(utf8proc_tolower(static_cast<std::int32_t>(ch))));
+            }
+        }
+    } else {
+        out += s;
+    }
+}
+
+inline void BertTokenizer::split_words(const std::u32string& s,
+                                       std::vector<std::string>& words) const {
+    // Step 5: white space ends a word; punctuation is a word of its own.
+    std::size_t begin = 0;
+    for (std::size_t i = 0; i <= s.size(); ++i) {
+        const bool end = i == s.size();
+        const auto c = end ? 0 : static_cast<std::int32_t>(s[i]);
+        const bool space = !end && detail::is_whitespace(c);
+        const bool punct = !end && !space && detail::is_punctuation(c);
+        if (end || space || punct) {
+            if (i > begin) words.push_back(detail::to_utf8(s, begin, i));
+            if (punct) words.push_back(detail::to_utf8(s, i, i + 1));
+            begin = i + 1;
+        }
+    }
+}
+
+inline std::vector<std::string> BertTokenizer::basic_tokenize(std::string_view text) const {
+    std::vector<std::string> words;
+    std::u32string normalised;
+    for_each_piece(
+        text, [&](std::string_view piece, std::size_t offset, std::optional<std::int64_t> special) {
+            if (special) {
+                words.emplace_back(piece);
+                return;
+            }
+            normalised.clear();
+            normalise_into(piece, offset, normalised);
+            split_words(normalised, words);
+        });
+    return words;
+}
+
+inline std::vector<std::int64_t> BertTokenizer::wordpiece(std::string_view word) const {
+    std::u32string chars;
+    detail::decode_utf8("headwise::text::BertTokenizer::wordpiece", word, 0, chars);
+    if (chars.empty()) return {};
+    if (static_cast<Index>(chars.size()) > options_.max_input_chars_per_word) return {unk_id_};
+    // Byte offset of each character, so that candidate pieces are substrings of `word`.
+    std::vector<std::size_t> at(chars.size() + 1, 0);
+    for (std::size_t i = 0; i < chars.size(); ++i) {
+        const char32_t c = chars[i];
+        at[i + 1] = at[i] + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4);
+    }
+    std::vector<std::int64_t> ids;
+    std::string candidate;
+    std::size_t start = 0;
+    while (start < chars.size()) {
+        std::size_t end = chars.size();
+        std::int64_t found = -1;
+        while (end > start) {
+            candidate.clear();
+            if (start > 0) candidate = options_.continuing_subword_prefix;
+            candidate.append(word.substr(at[start], at[end] - at[start]));
+            const auto it = ids_.find(candidate);
+            if (it != ids_.end()) {
+                found = it->second;
+                break;
+            }
+            --end;
+        }
+        if (found < 0) return {unk_id_};  // a part no entry matches: the whole word
+        ids.push_back(found);
+        start = end;
+    }
+    return ids;
+}
+
+inline std::vector<std::int64_t> BertTokenizer::tokenize(std::string_view text) const {
+    std::vector<std::int64_t> ids;
+    std::vector<std::string> words;
+    std::u32string normalised;
+    for_each_piece(
+        text, [&](std::string_view piece, std::size_t offset, std::optional<std::int64_t> special) {
+            if (special) {  // a special token written in the text stays whole
+                ids.push_back(*special);
+                return;
+            }
+            normalised.clear();
+            normalise_into(piece, offset, normalised);
+            words.clear();
+            split_words(normalised, words);
+            for (const std::string& w : words) {
+                const std::vector<std::int64_t> pieces = wordpiece(w);
+                ids.insert(ids.end(), pieces.begin(), pieces.end());
+            }
+        });
+    return ids;
+}
+
+inline std::vector<std::int64_t> BertTokenizer::encode(std::string_view text) const {
+    std::vector<std::int64_t> body = tokenize(text);
+    const auto keep = static_cast<std::size_t>(options_.max_length - 2);
+    if (body.size() > keep) body.resize(keep);
+    std::vector<std::int64_t> ids;
+    ids.reserve(body.size() + 2);
+    ids.push_back(cls_id_);
+    ids.insert(ids.end(), body.begin(), body.end());
+    ids.push_back(sep_id_);
+    return ids;
+}
+
+inline BertBatch BertTokenizer::encode_batch(const std::vector<std::string>& texts) const {
+    std::vector<std::vector<std::int64_t>> all;
+    all.reserve(texts.size());
+    std::size_t longest = 0;
+    for (const std::string& t : texts) {
+        all.push_back(encode(t));
+        longest = std::max(longest, all.back().size());
+    }
+    const auto B = static_cast<Index>(texts.size()), L = static_cast<Index>(longest);
+    BertBatch batch;
+    batch.input_ids = Tensor<std::int64_t>(Shape{B, L});
+    batch.padding_mask = Tensor<bool>(Shape{B, L});
+    for (Index b = 0; b < B; ++b) {
+        const std::vector<std::int64_t>& ids = all[static_cast<std::size_t>(b)];
+        for (Index t = 0; t < L; ++t) {
+            const bool pad = t >= static_cast<Index>(ids.size());
+            batch.input_ids.data()[b * L + t] = pad ? pad_id_ : ids[static_cast<std::size_t>(t)];
+            batch.padding_mask.data()[b * L + t] = pad;
+        }
+        batch.lengths.push_back(static_cast<Index>(ids.size()));
+    }
+    return batch;
+}
+
+inline std::optional<std::int64_t> BertTokenizer::token_to_id(std::string_view token) const {
+    const auto it = ids_.find(std::string(token));
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+}
+
+inline const std::string& BertTokenizer::id_to_token(std::int64_t id) const {
+    if (id < 0 || id >= static_cast<std::int64_t>(vocab_.size()))
+        throw std::out_of_range(
+            "headwise::text::BertTokenizer::id_to_token: id: expected an id "
+            "in [0, " +
+            std::to_string(vocab_.size()) + "), got " + std::to_string(id));
+    return vocab_[static_cast<std::size_t>(id)];
+}
+
+}  // namespace headwise::text
