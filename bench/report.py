@@ -161,7 +161,7 @@ def ratio(a, b):
     return a / b
 
 
-MARKDOWN = False  # set by --markdown: tables as GitHub Markdown, for the README
+MARKDOWN = False  # set by --markdown: tables as GitHub Markdown, for the documentation pages
 
 
 def print_table(header, rows, align=None):
@@ -719,7 +719,7 @@ def main(argv=None):
                         help="bench_mha JSON of every build and thread count of the run")
     parser.add_argument("--png", help="where to write the plot (default: next to the JSON)")
     parser.add_argument("--markdown", action="store_true",
-                        help="print the tables as GitHub Markdown (for the README)")
+                        help="print the tables as GitHub Markdown (for the documentation pages)")
     args = parser.parse_args(argv)
     global MARKDOWN
     MARKDOWN = args.markdown
