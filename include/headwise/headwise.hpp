@@ -60,3 +60,6 @@
 #include "tensor_ops/permute.hpp"
 #include "tensor_ops/reduce.hpp"
 #include "version.hpp"
+// Last: with headwise::compiled (HEADWISE_COMPILED), the layers' instantiations come from that
+// library instead of every translation unit.
+#include "extern_templates.hpp"

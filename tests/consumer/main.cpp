@@ -5,9 +5,15 @@
 
 #include <cstring>   // std::strcmp
 #include <iostream>  // std::cout, std::cerr
+#include <random>    // std::mt19937_64
 
 #define HEADWISE_CONSUMER_STRING(x) #x
 #define HEADWISE_CONSUMER_EXPAND(x) HEADWISE_CONSUMER_STRING(x)
+#if defined(HEADWISE_COMPILED)
+#define HEADWISE_CONSUMER_COMPILED 1
+#else
+#define HEADWISE_CONSUMER_COMPILED 0
+#endif
 
 int main() {
     headwise::Tensor<float> x(headwise::Shape{2, 3});  // [2, 3], zero-filled
@@ -37,6 +43,24 @@ int main() {
         std::cerr << "expected the " << want << " GEMM backend\n";
         return 1;
     }
+#endif
+
+    // One attention layer, forward and backward: with headwise::compiled its members come from
+    // that library (a missing instantiation fails the link), otherwise from this file.
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = 8;
+    opt.num_heads = 2;
+    headwise::MultiheadAttention<float> mha(opt, /*seed=*/1);
+    std::mt19937_64 rng(7);
+    const auto q = headwise::Tensor<float>::randn(headwise::Shape{2, 3, 8}, rng);  // [B, L, E]
+    const auto fwd = mha.forward(q, q, q);
+    const auto grads = mha.backward(fwd, fwd.output);
+    std::cout << "MultiheadAttention<float>: output " << fwd.output.shape() << ", grad "
+              << grads.query.shape() << (HEADWISE_CONSUMER_COMPILED ? " (headwise::compiled)\n" : "\n");
+    if (grads.query.numel() != q.numel()) return 1;
+#if defined(HEADWISE_EXPECT_COMPILED) && !HEADWISE_CONSUMER_COMPILED
+    std::cerr << "expected to be built against headwise::compiled (HEADWISE_COMPILED)\n";
+    return 1;
 #endif
     return 0;
 }
