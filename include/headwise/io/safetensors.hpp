@@ -18,7 +18,6 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 #include <filesystem>    // std::filesystem::is_directory, is_regular_file, exists
 #include <fstream>       // std::ifstream
 #include <ios>           // std::ios, std::ios_base::failure
-#include <iterator>      // std::istreambuf_iterator
 #include <limits>        // std::numeric_limits
 #include <map>           // std::map
 #include <set>           // std::set
@@ -43,7 +42,12 @@ namespace headwise::io {
 /// "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data). F32 and F64 tensors
 /// load into either scalar type; BF16 and F16 are converted. F32 into float and F64 into double
 /// keep every bit, NaN payloads and signalling NaNs included; a conversion (F32 into double, F64
-/// into float, BF16, F16) may return a NaN quieted or without its payload. Validation is strict
+/// into float, BF16, F16) may return a NaN quieted or without its payload. Integer entries (I8,
+/// U8, I16, U16, I32, U32, I64, U64; BOOL as 0 and 1), such as the int64 buffers of index
+/// positions that PyTorch checkpoints hold, load as T when every value is exactly representable
+/// in T (float: up to 2^24 in magnitude, or a multiple of a power of two that fits 24 bits) and
+/// throw naming the entry, the index and the value otherwise; a BOOL byte other than 0 and 1
+/// throws too. F8 dtypes are not read. Validation is strict
 /// and checked before anything is returned: `path` a regular file, the header length within the
 /// file, well-formed JSON with no name or key declared twice and at most 16 levels of arrays and
 /// objects, followed by nothing but the spaces that pad it; every entry an object with a known
@@ -130,9 +134,31 @@ inline std::size_t invalid_utf8_at(const std::string& s) {
     return std::string::npos;
 }
 
-enum class Dtype { f32, f64, bf16, f16 };
+enum class Dtype { f32, f64, bf16, f16, i8, u8, i16, u16, i32, u32, i64, u64, boolean };
 
-inline std::size_t item_size(Dtype d) { return d == Dtype::f64 ? 8 : d == Dtype::f32 ? 4 : 2; }
+inline std::size_t item_size(Dtype d) {
+    switch (d) {
+        case Dtype::f64:
+        case Dtype::i64:
+        case Dtype::u64: return 8;
+        case Dtype::f32:
+        case Dtype::i32:
+        case Dtype::u32: return 4;
+        case Dtype::bf16:
+        case Dtype::f16:
+        case Dtype::i16:
+        case Dtype::u16: return 2;
+        case Dtype::i8:
+        case Dtype::u8:
+        case Dtype::boolean: return 1;
+    }
+    return 1;
+}
+
+inline bool is_integer(Dtype d) { return d >= Dtype::i8; }
+inline bool is_signed_integer(Dtype d) {
+    return d == Dtype::i8 || d == Dtype::i16 || d == Dtype::i32 || d == Dtype::i64;
+}
 
 /// IEEE half (binary16) bits to float: normal, subnormal, zero, infinity and NaN.
 inline float half_to_float(std::uint16_t h) {
@@ -162,7 +188,8 @@ inline std::uint64_t load_le(const std::uint8_t* p, std::size_t bytes) {
     return v;
 }
 
-/// Element i of a little-endian buffer of dtype d, as double.
+/// Element i of a little-endian buffer of floating-point dtype d, as double (integer dtypes are
+/// read by integer_element, which checks that T holds them exactly).
 inline double element(const std::uint8_t* p, Dtype d) {
     switch (d) {
         case Dtype::f64: {
@@ -182,6 +209,7 @@ inline double element(const std::uint8_t* p, Dtype d) {
                 bfloat16_to_float(static_cast<std::uint16_t>(load_le(p, 2))));
         case Dtype::f16:
             return static_cast<double>(half_to_float(static_cast<std::uint16_t>(load_le(p, 2))));
+        default: break;
     }
     return 0.0;
 }
@@ -347,9 +375,27 @@ private:
             e.dtype = Dtype::bf16;
         else if (d == "F16")
             e.dtype = Dtype::f16;
-        else if (d == "BOOL" || d == "U8" || d == "I8" || d == "I16" || d == "U16" || d == "I32" ||
-                 d == "U32" || d == "I64" || d == "U64" || d == "F8_E4M3" || d == "F8_E5M2")
-            fail(key, "dtype " + d + " is not supported (F32, F64, BF16, F16 are)");
+        else if (d == "I8")
+            e.dtype = Dtype::i8;
+        else if (d == "U8")
+            e.dtype = Dtype::u8;
+        else if (d == "I16")
+            e.dtype = Dtype::i16;
+        else if (d == "U16")
+            e.dtype = Dtype::u16;
+        else if (d == "I32")
+            e.dtype = Dtype::i32;
+        else if (d == "U32")
+            e.dtype = Dtype::u32;
+        else if (d == "I64")
+            e.dtype = Dtype::i64;
+        else if (d == "U64")
+            e.dtype = Dtype::u64;
+        else if (d == "BOOL")
+            e.dtype = Dtype::boolean;
+        else if (d == "F8_E4M3" || d == "F8_E5M2")
+            fail(key, "dtype " + d + " is not supported (F32, F64, BF16, F16 and the integer "
+                                     "dtypes are)");
         else
             fail(key, "unknown dtype '" + printable(d) + "'");
 
@@ -405,6 +451,37 @@ private:
     std::string file_;
 };
 
+/// Element i (at p) of the integer entry e as T; throws through `reader` naming the entry, the
+/// index and the value when T cannot hold it exactly (or a BOOL byte is neither 0 nor 1).
+template <class T>
+T integer_element(const Reader& reader, const Entry& e, const std::uint8_t* p, Index i) {
+    const std::size_t item = item_size(e.dtype);
+    const std::uint64_t raw = load_le(p, item);
+    const char* type = std::is_same_v<T, float> ? "float" : "double";
+    constexpr double two63 = 9223372036854775808.0, two64 = 18446744073709551616.0;
+    if (e.dtype == Dtype::boolean) {
+        if (raw > 1)
+            reader.fail(e.name, "BOOL element " + std::to_string(i) + " is the byte " +
+                                    std::to_string(raw) + ", expected 0 or 1");
+        return static_cast<T>(raw);
+    }
+    if (is_signed_integer(e.dtype)) {
+        const unsigned shift = static_cast<unsigned>(64 - 8 * item);
+        // Sign-extends the item's bits: shift them to the top, then back arithmetically.
+        const auto v = static_cast<std::int64_t>(raw << shift) >> shift;
+        const T t = static_cast<T>(v);
+        if (!(static_cast<double>(t) < two63) || static_cast<std::int64_t>(t) != v)
+            reader.fail(e.name, "element " + std::to_string(i) + " (" + std::to_string(v) +
+                                    ") is not exactly representable in " + type);
+        return t;
+    }
+    const T t = static_cast<T>(raw);
+    if (!(static_cast<double>(t) < two64) || static_cast<std::uint64_t>(t) != raw)
+        reader.fail(e.name, "element " + std::to_string(i) + " (" + std::to_string(raw) +
+                                ") is not exactly representable in " + type);
+    return t;
+}
+
 template <class T>
 std::map<std::string, Tensor<T>> parse(const char* function, const std::uint8_t* data,
                                        std::size_t size, const std::string& file,
@@ -422,13 +499,23 @@ std::map<std::string, Tensor<T>> parse(const char* function, const std::uint8_t*
         const std::size_t item = item_size(e.dtype);
         if (e.dtype == (std::is_same_v<T, float> ? Dtype::f32 : Dtype::f64)) {
             // The bits as they are: a value passed through a conversion (even float to double
-            // and back) may come out with its NaN quieted.
+            // and back) may come out with its NaN quieted. On a little-endian host the file's
+            // bytes are T's bytes, so the entry is one copy.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            if (t.numel() > 0)
+                std::memcpy(t.data(), p, static_cast<std::size_t>(t.numel()) * sizeof(T));
+#else
             using Bits = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
             for (Index i = 0; i < t.numel(); ++i) {
                 const auto bits =
                     static_cast<Bits>(load_le(p + static_cast<std::size_t>(i) * item, item));
                 std::memcpy(t.data() + i, &bits, sizeof bits);
             }
+#endif
+        } else if (is_integer(e.dtype)) {
+            for (Index i = 0; i < t.numel(); ++i)
+                t.data()[i] =
+                    integer_element<T>(reader, e, p + static_cast<std::size_t>(i) * item, i);
         } else {
             for (Index i = 0; i < t.numel(); ++i)
                 t.data()[i] =
@@ -453,9 +540,18 @@ std::map<std::string, Tensor<T>> load(const std::string& path, const std::string
         fail("is not a regular file");
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot open the file");
+    // One read of the whole file: its size from the end position, then the bytes.
     std::vector<std::uint8_t> bytes;
     try {
-        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        in.seekg(0, std::ios::end);
+        const std::streamoff size = in.tellg();
+        if (size < 0) fail("cannot tell the file's size");
+        in.seekg(0, std::ios::beg);
+        bytes.resize(static_cast<std::size_t>(size));
+        if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+        if (in.gcount() != size)
+            fail("read " + std::to_string(in.gcount()) + " of the file's " +
+                 std::to_string(size) + " bytes");
     } catch (const std::ios_base::failure& e) {
         fail(std::string("read error (") + e.what() + ")");
     }
