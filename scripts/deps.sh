@@ -3,8 +3,8 @@
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
 # cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
 # OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend), nlohmann/json
-# (safetensors headers), utf8proc (the BERT tokenizer), and for the fuzz preset clang++ with libFuzzer (clang-14,
-# libclang-rt-14-dev).
+# (safetensors headers), utf8proc (the BERT tokenizer), Open MPI (headwise::distributed: libopenmpi-dev,
+# openmpi-bin), and for the fuzz preset clang++ with libFuzzer (clang-14, libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
 #   source scripts/deps.sh && headwise_deps   the same, from another script
@@ -39,6 +39,10 @@ headwise_deps() {
         missing+=(nlohmann-json3-dev)
     # utf8proc: Unicode properties for the BERT tokenizer (text/wordpiece.hpp); no CMake package.
     _headwise_have_package libutf8proc-dev utf8proc.h "" || missing+=(libutf8proc-dev)
+    # MPI for data parallelism (headwise::distributed, its tests and train_sort_ddp): Open MPI's
+    # headers and libraries, and its launcher (mpirun, mpiexec).
+    _headwise_have_package libopenmpi-dev mpi.h "" || missing+=(libopenmpi-dev)
+    _headwise_have_command mpiexec || missing+=(openmpi-bin)
     # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
     _headwise_have_command clang++ || missing+=(clang-14 clang)
     _headwise_have_fuzzer_runtime || missing+=(libclang-rt-14-dev)

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: MIT
+// DataParallel<T>: one model per rank, parameters broadcast once, gradients averaged in buckets.
+#pragma once
+
+#include <algorithm>  // std::copy_n, std::min, std::max
+#include <chrono>     // std::chrono::steady_clock
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::uint64_t
+#include <cstring>    // std::memcpy
+#include <stdexcept>  // std::invalid_argument, std::runtime_error
+#include <string>     // std::string, std::to_string
+#include <utility>    // std::move
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../layers/module.hpp"
+#include "../tensor.hpp"
+#include "communicator.hpp"
+
+namespace headwise::distributed {
+
+struct DataParallelOptions {
+    /// Most gradient bytes per all-reduce (torch DDP's bucket_cap_mb, 25 MiB): a parameter
+    /// larger than this gets a bucket of its own. Fewer, larger messages pay the per-call latency
+    /// less often; smaller ones would let a backward overlap them (not done here).
+    std::size_t bucket_bytes = std::size_t{25} << 20;
+    /// The rank whose parameters every rank starts from.
+    int root = 0;
+};
+
+/// What the collectives of a DataParallel cost so far (for logs and scaling measurements).
+struct CollectiveStats {
+    std::uint64_t gradient_calls = 0;  // MPI all-reduce calls on gradient buckets
+    std::uint64_t scalar_calls = 0;    // MPI all-reduce calls of average() and identical()
+    std::uint64_t bytes = 0;           // gradient bytes all-reduced (each rank's contribution)
+    double seconds = 0.0;              // wall time in those calls, packing and unpacking included
+};
+
+/// Synchronous data parallelism over MPI, as torch's DistributedDataParallel: every rank holds
+/// the same model, computes forward and backward on its own shard of the global batch, and
+/// average_gradients() replaces each gradient by its mean over the ranks, so that an optimiser
+/// step on every rank gives every rank the same parameters. With equal shards whose losses are
+/// means, the mean of the ranks' gradients is the gradient of the global batch: training matches
+/// one process on the whole batch up to the order of the sums.
+///
+///   headwise::distributed::DataParallel<float> dp(world, model.parameters());  // broadcasts
+///   ... forward and backward on this rank's shard ...
+///   dp.average_gradients();                      // one MPI_Allreduce per bucket
+///   opt.step();                                  // the same update on every rank
+///   const double loss = dp.average(local_loss);  // the global batch's loss, for the log
+///
+/// The gradients are packed into a few contiguous buckets of at most options.bucket_bytes (in
+/// the reverse of parameters()' order, the order a backward produces them), each summed in
+/// place by one MPI_Allreduce, scaled by 1 / size() and copied back. A model's parameters and
+/// gradients must stay where they are (the views are kept) and outlive the DataParallel.
+template <class T>
+class DataParallel {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+
+public:
+    /// Checks that every rank passes parameters of the same count, names and shapes, then sets
+    /// every rank's parameter values to the root's (broadcast_parameters). Collective: every rank
+    /// of `comm` constructs its DataParallel at the same point. Throws std::invalid_argument
+    /// naming this constructor on every rank when the parameters differ across ranks (with this
+    /// rank's count and scalar total and the range over ranks), a parameter's gradient has
+    /// another element count than its value, options.bucket_bytes is 0 or options.root is no
+    /// rank; nothing is written then.
+    DataParallel(const Communicator& comm, std::vector<Parameter<T>> parameters,
+                 const DataParallelOptions& options = {});
+
+    /// Copies the root's parameter values to every rank (the start of training, or after a
+    /// rank-local change such as loading a checkpoint on the root only). Collective.
+    void broadcast_parameters();
+
+    /// Replaces every gradient by its mean over the ranks. Collective; call it after backward on
+    /// every rank, before clipping and the optimiser step. On one rank it changes nothing and
+    /// calls nothing.
+    void average_gradients();
+
+    /// The mean over ranks of a scalar (a loss, an accuracy), or of several in one call. Exact
+    /// for the mean of equal shards' means up to the order of the sum. Collective.
+    double average(double value);
+    std::vector<double> average(std::vector<double> values);
+
+    /// True on every rank when every rank's parameter values are bit for bit the same (a 64-bit
+    /// hash of their bytes compared with one all-reduce). Collective; a check for tests and for
+    /// the occasional step of a long run.
+    bool identical();
+
+    const Communicator& communicator() const noexcept { return comm_; }
+    int rank() const noexcept { return comm_.rank(); }
+    int size() const noexcept { return comm_.size(); }
+    const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
+    /// How many buckets (hence MPI_Allreduce calls per average_gradients) the gradients need.
+    std::size_t bucket_count() const noexcept { return buckets_.size(); }
+    /// The parameter indices (into parameters()) of bucket `b`, in packing order.
+    const std::vector<std::size_t>& bucket(std::size_t b) const { return buckets_.at(b).params; }
+    const CollectiveStats& stats() const noexcept { return stats_; }
+    void reset_stats() noexcept { stats_ = {}; }
+
+private:
+    struct Bucket {
+        std::vector<std::size_t> params;  // indices into params_
+        std::vector<T> buffer;            // their gradients (or values), packed
+    };
+    enum class Field { value, grad };
+
+    void pack(Bucket& b, Field f) const;
+    void unpack(Bucket& b, Field f, T scale) const;
+    void check_consistent(const char* fn) const;
+
+    Communicator comm_;
+    std::vector<Parameter<T>> params_;
+    DataParallelOptions options_;
+    std::vector<Bucket> buckets_;
+    CollectiveStats stats_;
+};
+
+// ---- definitions -----------------------------------------------------------------------------
+
+namespace detail {
+
+/// FNV-1a, 64 bits: a hash of bytes, the same on every rank for the same bytes.
+inline std::uint64_t fnv1a(const void* data, std::size_t n,
+                           std::uint64_t h = 0xcbf29ce484222325ull) noexcept {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+inline std::uint64_t fnv1a_word(std::uint64_t word, std::uint64_t h) noexcept {
+    return fnv1a(&word, sizeof word, h);
+}
+
+/// The collective test that `x` is the same on every rank: one all-reduce of (x, ~x) with MPI_MAX
+/// gives the largest and (complemented) the smallest over ranks.
+struct Spread {
+    std::uint64_t lo, hi;
+    bool equal() const noexcept { return lo == hi; }
+};
+inline std::vector<Spread> spread(const Communicator& comm, const std::vector<std::uint64_t>& xs) {
+    std::vector<std::uint64_t> words;
+    for (std::uint64_t x : xs) {
+        words.push_back(x);
+        words.push_back(~x);
+    }
+    comm.max(words.data(), words.size());
+    std::vector<Spread> out;
+    for (std::size_t i = 0; i < xs.size(); ++i) out.push_back({~words[2 * i + 1], words[2 * i]});
+    return out;
+}
+
+}  // namespace detail
+
+template <class T>
+DataParallel<T>::DataParallel(const Communicator& comm, std::vector<Parameter<T>> parameters,
+                              const DataParallelOptions& options)
+    : comm_(comm), params_(std::move(parameters)), options_(options) {
+    constexpr const char* fn = "headwise::distributed::DataParallel::DataParallel";
+    if (options_.bucket_bytes == 0)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": options.bucket_bytes: must be positive, got 0");
+    if (options_.root < 0 || options_.root >= comm_.size())
+        throw std::invalid_argument(std::string(fn) + ": options.root: must be a rank in [0, " +
+                                    std::to_string(comm_.size()) + "), got " +
+                                    std::to_string(options_.root));
+    for (const Parameter<T>& p : params_)
+        if (p.grad.numel() != p.value.numel())
+            throw std::invalid_argument(std::string(fn) + ": parameters: '" + p.name +
+                                        "': gradient of shape " + p.grad.shape().str() +
+                                        " for a value of shape " + p.value.shape().str());
+    check_consistent(fn);
+
+    // Reverse order: a backward produces the last parameters' gradients first, so these buckets
+    // are the ones an overlapping all-reduce could start early.
+    for (std::size_t i = params_.size(); i-- > 0;) {
+        const std::size_t bytes = static_cast<std::size_t>(params_[i].value.numel()) * sizeof(T);
+        if (buckets_.empty() ||
+            (!buckets_.back().params.empty() &&
+             buckets_.back().buffer.size() * sizeof(T) + bytes > options_.bucket_bytes))
+            buckets_.emplace_back();
+        buckets_.back().params.push_back(i);
+        buckets_.back().buffer.resize(buckets_.back().buffer.size() +
+                                      static_cast<std::size_t>(params_[i].value.numel()));
+    }
+    broadcast_parameters();
+}
+
+template <class T>
+void DataParallel<T>::check_consistent(const char* fn) const {
+    // One hash of what must agree: the scalar type, every name and shape, in order.
+    std::uint64_t h = detail::fnv1a_word(sizeof(T), 0xcbf29ce484222325ull);
+    std::uint64_t scalars = 0;
+    for (const Parameter<T>& p : params_) {
+        h = detail::fnv1a(p.name.data(), p.name.size(), h);
+        h = detail::fnv1a_word(static_cast<std::uint64_t>(p.value.rank()), h);
+        for (int d = 0; d < p.value.rank(); ++d)
+            h = detail::fnv1a_word(static_cast<std::uint64_t>(p.value.shape()[d]), h);
+        scalars += static_cast<std::uint64_t>(p.value.numel());
+    }
+    const std::vector<detail::Spread> s =
+        detail::spread(comm_, {h, static_cast<std::uint64_t>(params_.size()), scalars});
+    if (s[0].equal() && s[1].equal() && s[2].equal()) return;
+    throw std::invalid_argument(
+        std::string(fn) + ": parameters: differ across ranks (count, names, shapes or scalar " +
+        "type): rank " + std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size()) +
+        " has " + std::to_string(params_.size()) + " parameters with " + std::to_string(scalars) +
+        " scalars, the ranks have " + std::to_string(s[1].lo) + " to " + std::to_string(s[1].hi) +
+        " parameters with " + std::to_string(s[2].lo) + " to " + std::to_string(s[2].hi) +
+        " scalars");
+}
+
+template <class T>
+void DataParallel<T>::pack(Bucket& b, Field f) const {
+    T* out = b.buffer.data();
+    for (std::size_t i : b.params) {
+        const TensorView<T>& v = f == Field::grad ? params_[i].grad : params_[i].value;
+        std::copy_n(v.data(), v.numel(), out);
+        out += v.numel();
+    }
+}
+
+template <class T>
+void DataParallel<T>::unpack(Bucket& b, Field f, T scale) const {
+    const T* in = b.buffer.data();
+    for (std::size_t i : b.params) {
+        const TensorView<T>& v = f == Field::grad ? params_[i].grad : params_[i].value;
+        T* dst = v.data();
+        if (scale == T(1))
+            std::copy_n(in, v.numel(), dst);
+        else
+            for (Index k = 0; k < v.numel(); ++k) dst[k] = in[k] * scale;
+        in += v.numel();
+    }
+}
+
+template <class T>
+void DataParallel<T>::broadcast_parameters() {
+    if (comm_.size() == 1) return;
+    for (Bucket& b : buckets_) {
+        if (comm_.rank() == options_.root) pack(b, Field::value);
+        comm_.broadcast(b.buffer.data(), b.buffer.size(), options_.root);
+        if (comm_.rank() != options_.root) unpack(b, Field::value, T(1));
+    }
+}
+
+template <class T>
+void DataParallel<T>::average_gradients() {
+    if (comm_.size() == 1) return;
+    const auto start = std::chrono::steady_clock::now();
+    // The sum divided by the rank count: the mean of equal shards' mean gradients. A product
+    // with 1 / size would round twice for sizes that are not powers of two.
+    const T n = static_cast<T>(comm_.size());
+    for (Bucket& b : buckets_) {
+        pack(b, Field::grad);
+        comm_.sum(b.buffer.data(), b.buffer.size());
+        for (T& g : b.buffer) g /= n;
+        unpack(b, Field::grad, T(1));
+        ++stats_.gradient_calls;
+        stats_.bytes += b.buffer.size() * sizeof(T);
+    }
+    stats_.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class T>
+double DataParallel<T>::average(double value) {
+    return average(std::vector<double>{value})[0];
+}
+
+template <class T>
+std::vector<double> DataParallel<T>::average(std::vector<double> values) {
+    if (comm_.size() == 1) return values;
+    const auto start = std::chrono::steady_clock::now();
+    values = comm_.sum(std::move(values));
+    for (double& v : values) v /= comm_.size();
+    ++stats_.scalar_calls;
+    stats_.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return values;
+}
+
+template <class T>
+bool DataParallel<T>::identical() {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const Parameter<T>& p : params_)
+        h = detail::fnv1a(p.value.data(), static_cast<std::size_t>(p.value.numel()) * sizeof(T), h);
+    if (comm_.size() == 1) return true;
+    ++stats_.scalar_calls;
+    return detail::spread(comm_, {h})[0].equal();
+}
+
+}  // namespace headwise::distributed
