@@ -62,7 +62,7 @@
 
 #include <headwise/detail/parallel.hpp>
 #include <headwise/headwise.hpp>
-#include <headwise/layers/multihead_attention.hpp>
+#include <headwise/layers/attention/multihead_attention.hpp>
 #include <headwise/ops/gemm.hpp>
 
 #include "bench_peak.hpp"

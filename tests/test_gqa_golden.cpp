@@ -2,7 +2,7 @@
 // Grouped-query attention, a chosen scale and bottom-right causal masks against PyTorch 1.13:
 // every case in tests/golden/gqa (written by tests/golden/make_gqa_golden.py through a
 // repeated-weights, rescaled-query nn.MultiheadAttention), every projection.
-#include <headwise/layers/multihead_attention.hpp>
+#include <headwise/layers/attention/multihead_attention.hpp>
 
 #include <map>     // std::map
 #include <string>  // std::string, std::stod

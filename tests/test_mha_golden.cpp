@@ -2,7 +2,7 @@
 // MultiheadAttention against torch.nn.MultiheadAttention 1.13: outputs, weights and gradients of
 // every case in tests/golden/mha (written by tests/golden/make_mha_golden.py), every projection.
 #include <headwise/io/npy.hpp>
-#include <headwise/layers/multihead_attention.hpp>
+#include <headwise/layers/attention/multihead_attention.hpp>
 
 #include <filesystem>  // std::filesystem::directory_iterator
 #include <map>         // std::map

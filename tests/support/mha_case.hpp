@@ -8,7 +8,7 @@
 #include <string>    // std::string
 #include <vector>    // std::vector
 
-#include <headwise/layers/multihead_attention.hpp>
+#include <headwise/layers/attention/multihead_attention.hpp>
 
 #include "reference_attention.hpp"
 

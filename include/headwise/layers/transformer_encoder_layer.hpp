@@ -11,13 +11,14 @@
 #include <utility>    // std::move
 
 #include "../config.hpp"
+#include "../detail/attention_options.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../ops/dropout.hpp"
 #include "../random.hpp"
 #include "../tensor.hpp"
 #include "attention/multihead_attention.hpp"
-#include "attention_options.hpp"
+#include "attention/options.hpp"
 #include "dropout.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"

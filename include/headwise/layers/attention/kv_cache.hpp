@@ -2,32 +2,36 @@
 // KVCache<T>: the keys and values of the tokens a MultiheadAttention has decoded so far.
 #pragma once
 
-#include <cstddef>  // std::size_t
-#include <string>   // std::to_string
+#include <algorithm>  // std::any_of
+#include <cstddef>    // std::size_t
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string, std::to_string
 
 #include "../../config.hpp"
-#include "../../detail/scratch_buffer.hpp"
+#include "../../detail/attention_buffers.hpp"
 #include "../../error.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 
 namespace headwise {
 
-template <class T>
-class MultiheadAttention;
-
 /// The projected keys and values of every token decoded so far, per key/value head, for a batch
 /// of B sequences, with room for `capacity` tokens: [B, Hkv, capacity, D] each, so that a
 /// grouped-query module's cache is Hkv / H the size of a full one. Made by
-/// MultiheadAttention::make_kv_cache(batch, capacity), filled by decode(); all its memory is
-/// allocated when it is made (decode's scratch on the first decode call), so steps allocate
-/// nothing. A cache belongs to one sequence batch: one module may serve several caches (a cache
-/// holds all the per-sequence state), but one cache must not be used by two calls at once.
+/// MultiheadAttention::make_kv_cache(batch, capacity), filled by decode() through append(); all
+/// its memory is allocated when it is made (decode's scratch on the first decode call), so steps
+/// allocate nothing. A cache belongs to one sequence batch: one module may serve several caches
+/// (a cache holds all the per-sequence state), but one cache must not be used by two calls at
+/// once.
 ///
 /// Key padding: decode(x_new, cache, key_padding) marks new tokens as padding ([B, T], true =
 /// padding); no later token ever attends a padding token. A batch of prompts of different
 /// lengths is fed left-padded to a common length with its padding marked, then decoded one token
 /// per step for every sequence; each sequence then sees only its own tokens.
+///
+/// Invariants, kept by the cache's own writes: 0 <= size() <= capacity(); keys, values and
+/// padding flags are valid for tokens [0, size()); has_padding() tells whether any of those
+/// tokens is padding.
 template <class T>
 class KVCache {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -35,16 +39,37 @@ class KVCache {
 public:
     /// An empty cache of capacity 0 (make_kv_cache makes usable ones).
     KVCache() = default;
+    /// Room for `capacity` tokens of `batch` sequences, `kv_heads` heads of `head_dim` features
+    /// each, for a module of embed_dim `embed_dim` (MultiheadAttention::make_kv_cache passes its
+    /// own dimensions). Throws std::invalid_argument unless every size is positive.
+    KVCache(Index batch, Index capacity, Index embed_dim, Index kv_heads, Index head_dim)
+        : B_(batch), capacity_(capacity), E_(embed_dim), Hkv_(kv_heads), D_(head_dim) {
+        constexpr const char* fn = "headwise::KVCache::KVCache";
+        const char* names[] = {"batch", "capacity", "embed_dim", "kv_heads", "head_dim"};
+        const Index sizes[] = {batch, capacity, embed_dim, kv_heads, head_dim};
+        for (int i = 0; i < 5; ++i)
+            if (sizes[i] <= 0)
+                throw_invalid_argument(fn, names[i], "must be positive", std::to_string(sizes[i]));
+        k_ = Tensor<T>(Shape{B_, Hkv_, capacity_, D_});
+        v_ = Tensor<T>(k_.shape());
+        padding_ = Tensor<bool>(Shape{B_, capacity_});
+    }
 
     Index batch() const noexcept { return B_; }
     Index capacity() const noexcept { return capacity_; }
     /// Tokens held so far (per sequence).
     Index size() const noexcept { return size_; }
+    Index embed_dim() const noexcept { return E_; }
     Index num_kv_heads() const noexcept { return Hkv_; }
     Index head_dim() const noexcept { return D_; }
+    /// True when some held token is padding.
+    bool has_padding() const noexcept { return any_padding_; }
 
     /// Forgets every token; the memory stays allocated.
-    void clear() noexcept { size_ = 0; }
+    void clear() noexcept {
+        size_ = 0;
+        any_padding_ = false;
+    }
     /// Keeps the first n tokens and forgets the others (to retry from an earlier position).
     void truncate(Index n) {
         if (n < 0 || n > size_)
@@ -52,6 +77,54 @@ public:
                                    "must be in [0, size() = " + std::to_string(size_) + "]",
                                    std::to_string(n));
         size_ = n;
+        any_padding_ = false;
+        for (Index b = 0; b < B_ && !any_padding_; ++b) {
+            const bool* flags = padding_.data() + b * capacity_;
+            any_padding_ = std::any_of(flags, flags + n, [](bool pad) { return pad; });
+        }
+    }
+
+    /// Appends `tokens` tokens to every sequence: `keys(b, h)` and `values(b, h)` give the new
+    /// [tokens, D] keys and values of sequence b, key/value head h; `padding` marks which new
+    /// tokens are padding ([B, tokens], or [tokens] with batch 1; absent: none). Throws
+    /// std::invalid_argument, before anything changes, when they do not fit.
+    template <class KeyBlocks, class ValueBlocks>
+    void append(Index tokens, KeyBlocks&& keys, ValueBlocks&& values,
+                TensorView<const bool> padding = {}) {
+        constexpr const char* fn = "headwise::KVCache::append";
+        if (tokens < 0 || tokens > capacity_ - size_)
+            throw_invalid_argument(fn, "tokens",
+                                   "must fit the cache, which holds " + std::to_string(size_) +
+                                       " of capacity " + std::to_string(capacity_),
+                                   std::to_string(tokens));
+        const bool padded = padding.data() != nullptr;
+        if (padded && padding.numel() != B_ * tokens)
+            throw shape_error(fn, "padding", Shape{B_, tokens}.str(), padding.shape());
+        for (Index b = 0; b < B_; ++b) {
+            for (Index h = 0; h < Hkv_; ++h) {
+                block(k_, b, h).middleRows(size_, tokens) = keys(b, h);
+                block(v_, b, h).middleRows(size_, tokens) = values(b, h);
+            }
+            for (Index t = 0; t < tokens; ++t) {
+                const bool pad = padded && padding.data()[b * tokens + t];
+                padding_.data()[b * capacity_ + size_ + t] = pad;
+                any_padding_ = any_padding_ || pad;
+            }
+        }
+        size_ += tokens;
+    }
+
+    /// The held keys and values of sequence b, key/value head h: [size(), D].
+    MatrixMap<const T> key_block(Index b, Index h) const noexcept {
+        return MatrixMap<const T>(k_.data() + (b * Hkv_ + h) * capacity_ * D_, size_, D_);
+    }
+    MatrixMap<const T> value_block(Index b, Index h) const noexcept {
+        return MatrixMap<const T>(v_.data() + (b * Hkv_ + h) * capacity_ * D_, size_, D_);
+    }
+    /// Sequence b's padding flags [capacity] (valid for tokens [0, size())), or null when no held
+    /// token is padding, so that attention skips the mask.
+    const bool* key_padding(Index b) const noexcept {
+        return any_padding_ ? padding_.data() + b * capacity_ : nullptr;
     }
 
     /// Bytes of the cached keys and values: 2 B Hkv capacity D sizeof(T).
@@ -66,33 +139,22 @@ public:
     /// Which cached tokens are padding, [B, capacity] (valid for tokens [0, size())).
     TensorView<const bool> padding() const noexcept { return padding_.view(); }
 
-private:
-    friend class MultiheadAttention<T>;
-    KVCache(Index batch, Index capacity, Index E, Index kv_heads, Index head_dim)
-        : B_(batch), capacity_(capacity), E_(E), Hkv_(kv_heads), D_(head_dim) {
-        k_ = Tensor<T>(Shape{B_, Hkv_, capacity_, D_});
-        v_ = Tensor<T>(k_.shape());
-        padding_ = Tensor<bool>(Shape{B_, capacity_});
-    }
+    /// Decode's scratch for this cache's batch (MultiheadAttention::decode's, not for users):
+    /// held here so that one module may decode several caches.
+    detail::DecodeBuffers<T>& decode_buffers() noexcept { return scratch_; }
 
-    /// Head g's [capacity, D] block of batch b in the keys (or values).
-    MatrixMap<T> k(Index b, Index g) noexcept {
-        return MatrixMap<T>(k_.data() + (b * Hkv_ + g) * capacity_ * D_, capacity_, D_);
-    }
-    MatrixMap<T> v(Index b, Index g) noexcept {
-        return MatrixMap<T>(v_.data() + (b * Hkv_ + g) * capacity_ * D_, capacity_, D_);
+private:
+    /// Head h's [capacity, D] block of batch b in the keys (or values).
+    MatrixMap<T> block(Tensor<T>& t, Index b, Index h) noexcept {
+        return MatrixMap<T>(t.data() + (b * Hkv_ + h) * capacity_ * D_, capacity_, D_);
     }
 
     Index B_ = 0, capacity_ = 0, E_ = 0, Hkv_ = 0, D_ = 0;
     Index size_ = 0;
-    bool any_padding_ = false;  // some cached token is padding (else the mask is skipped)
+    bool any_padding_ = false;  // some held token is padding (else the mask is skipped)
     Tensor<T> k_, v_;           // [B, Hkv, capacity, D]
     Tensor<bool> padding_;      // [B, capacity], true = padding
-    // decode's scratch, sized on first use and grown only when a larger chunk comes:
-    detail::ScratchBuffer<T> qkv_;      // [B T, E + 2 Hkv D]: the new tokens' projections
-    detail::ScratchBuffer<T> ctx_;      // [B T, E]: Concat(head_1, ..., head_H)
-    detail::ScratchBuffer<T> p_;        // [threads, rows, capacity + 2]: probabilities
-    detail::ScratchBuffer<T> kx_, vx_;  // [threads, capacity + 2, D]: with bias_k / zero key
+    detail::DecodeBuffers<T> scratch_;
 };
 
 }  // namespace headwise

@@ -6,9 +6,9 @@
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector
 
-#include "../../config.hpp"
+#include "../config.hpp"
+#include "../layers/attention/options.hpp"
 #include "in_proj_layout.hpp"
-#include "options.hpp"
 
 namespace headwise::detail {
 
@@ -80,15 +80,18 @@ struct ProjectionPlan {
     HeadLayout heads[3] = {};                   // layouts of Q, K, V
 };
 
-/// Builds the GEMM list for `key.projection`.
-inline ProjectionPlan make_projection_plan(const ProjectionKey& key) {
+/// Builds the GEMM list for `key.projection` into `plan`, reusing its vectors' storage: the
+/// number of GEMMs depends on the projection only, so a decode step whose chunk length differs
+/// from the previous one's rebuilds its plan without allocating.
+inline void build_projection_plan(const ProjectionKey& key, ProjectionPlan& plan) {
     const InProjLayout& w = key.layout;
     const Index D = w.D, NL = key.g.B * key.g.L, NS = key.g.B * key.g.S;
     const Index n_of[3] = {NL, NS, NS};                   // rows of X_i
     const Index len_of[3] = {key.g.L, key.g.S, key.g.S};  // rows of one (batch, head) block
     const Index cols_of[3] = {w.rows(kQuery), w.rows(kKey), w.rows(kValue)};  // of Y_i
-    ProjectionPlan plan;
     plan.key = key;
+    plan.gemms.clear();
+    plan.buffers.clear();
 
     // A [N, cols] buffer whose head h occupies columns [col0 + h D, col0 + (h + 1) D).
     auto interleaved = [&](int buffer, Index col0, Index cols, int input) {
@@ -162,7 +165,6 @@ inline ProjectionPlan make_projection_plan(const ProjectionKey& key) {
             plan.heads[i] = l;
         }
     }
-    return plan;
 }
 
 }  // namespace headwise::detail
