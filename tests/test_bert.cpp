@@ -81,8 +81,9 @@ TEMPLATE_TEST_CASE("BertModel::from_pretrained reproduces transformers' last_hid
 TEST_CASE("BertModel: Hugging Face names; query, key and value are in_proj_weight's row blocks",
           "[models][bert]") {
     BertModel<double> model = BertModel<double>::from_pretrained(kTiny);
-    auto file = headwise::models::load_weights<double>(kTiny + "/model.safetensors");
-    CHECK(file.count("embeddings.position_ids") == 0);  // int64: left out
+    auto file = headwise::io::load_safetensors<double>(kTiny + "/model.safetensors");
+    REQUIRE(file.count("embeddings.position_ids") == 1);  // int64, read as exact doubles
+    CHECK(file.at("embeddings.position_ids").data()[5] == 5.0);
     const auto sd = model.state_dict();
     // Every file entry but the pooler and the position_ids buffer, under the same name, equal.
     std::size_t compared = 0;
@@ -96,6 +97,14 @@ TEST_CASE("BertModel: Hugging Face names; query, key and value are in_proj_weigh
     }
     CHECK(compared == sd.size());
     CHECK(sd.size() == 5 + 2 * 16);
+    // Loaded without gradient buffers in its Linears and Embeddings; asked for, they exist, zero.
+    const auto grads = model.grad_dict();
+    REQUIRE(grads.size() == sd.size());
+    for (const auto& [name, g] : grads) {
+        CAPTURE(name);
+        REQUIRE(g.shape() == sd.at(name).shape());
+        for (Index i = 0; i < g.numel(); ++i) REQUIRE(g.data()[i] == 0.0);
+    }
     // The attention's packed weight holds them: no second copy of the weights.
     const auto attention = model.layers()[1].attention().state_dict();
     const Tensor<double>& packed = attention.at("in_proj_weight");  // [3E, E]
@@ -149,7 +158,7 @@ TEST_CASE("BertModel: errors name the file, the key or the argument", "[models][
     CHECK(c.layer_norm_eps == 1e-12);
     CHECK(c.type_vocab_size == 2);
     CHECK_THROWS_MATCHES(BertModel<float>::from_pretrained(dir.path().string()), std::runtime_error,
-                         Message("headwise::models::load_weights: " +
+                         Message("headwise::io::load_safetensors: " +
                                  dir.file("model.safetensors") + ": cannot open the file"));
 
     BertModel<float> model(c);

@@ -20,6 +20,7 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 #include <ios>           // std::ios, std::ios_base::failure
 #include <limits>        // std::numeric_limits
 #include <map>           // std::map
+#include <memory>        // std::unique_ptr
 #include <set>           // std::set
 #include <stdexcept>     // std::runtime_error, std::invalid_argument
 #include <string>        // std::string, std::to_string
@@ -27,6 +28,17 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 #include <type_traits>   // std::is_same_v, std::conditional_t
 #include <utility>       // std::move
 #include <vector>        // std::vector
+
+#if __has_include(<sys/mman.h>) && __has_include(<sys/stat.h>) && __has_include(<fcntl.h>) && \
+    __has_include(<unistd.h>)
+#include <fcntl.h>     // ::open, O_RDONLY, O_CLOEXEC
+#include <sys/mman.h>  // ::mmap, ::munmap
+#include <sys/stat.h>  // ::fstat, S_ISREG
+#include <unistd.h>    // ::close
+#define HEADWISE_SAFETENSORS_MMAP 1
+#else
+#define HEADWISE_SAFETENSORS_MMAP 0
+#endif
 
 #include "../config.hpp"
 #include "../detail/atomic_file.hpp"
@@ -538,17 +550,46 @@ std::map<std::string, Tensor<T>> load(const std::string& path, const std::string
     if (std::filesystem::is_directory(path, ec)) fail("is a directory");
     if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
         fail("is not a regular file");
+#if HEADWISE_SAFETENSORS_MMAP
+    // Mapped rather than read where the system can: the page cache's pages are the bytes, with
+    // no copy into a buffer. (Another process truncating the file during the load would fault;
+    // a file being rewritten is not a checkpoint to load anyway, and saves here are atomic.)
+    if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        struct stat st {};
+        void* mapped = MAP_FAILED;
+        std::size_t length = 0;
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+            length = static_cast<std::size_t>(st.st_size);
+            int flags = MAP_PRIVATE;
+#ifdef MAP_POPULATE
+            flags |= MAP_POPULATE;  // one call maps every page, rather than a fault each
+#endif
+            mapped = ::mmap(nullptr, length, PROT_READ, flags, fd, 0);
+        }
+        ::close(fd);
+        if (mapped != MAP_FAILED) {
+            struct Unmap {
+                void* p;
+                std::size_t n;
+                ~Unmap() { ::munmap(p, n); }
+            } unmap{mapped, length};
+            return parse<T>(fn, static_cast<const std::uint8_t*>(mapped), length, path, prefix);
+        }
+    }
+#endif
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot open the file");
-    // One read of the whole file: its size from the end position, then the bytes.
-    std::vector<std::uint8_t> bytes;
+    // One read of the whole file: its size from the end position, then the bytes, into a
+    // buffer left unwritten before the read (zeroing 100 MB first costs as much as the read).
+    std::unique_ptr<std::uint8_t[]> bytes;
+    std::streamoff size = 0;
     try {
         in.seekg(0, std::ios::end);
-        const std::streamoff size = in.tellg();
+        size = in.tellg();
         if (size < 0) fail("cannot tell the file's size");
         in.seekg(0, std::ios::beg);
-        bytes.resize(static_cast<std::size_t>(size));
-        if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+        bytes.reset(new std::uint8_t[static_cast<std::size_t>(size) + 1]);
+        if (size > 0) in.read(reinterpret_cast<char*>(bytes.get()), size);
         if (in.gcount() != size)
             fail("read " + std::to_string(in.gcount()) + " of the file's " +
                  std::to_string(size) + " bytes");
@@ -556,7 +597,7 @@ std::map<std::string, Tensor<T>> load(const std::string& path, const std::string
         fail(std::string("read error (") + e.what() + ")");
     }
     if (in.bad()) fail("read error");
-    return parse<T>(fn, bytes.data(), bytes.size(), path, prefix);
+    return parse<T>(fn, bytes.get(), static_cast<std::size_t>(size), path, prefix);
 }
 
 template <class T, class Write>

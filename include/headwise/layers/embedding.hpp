@@ -2,12 +2,14 @@
 // Embedding<T>: torch.nn.Embedding (a learnt lookup table) with padding_idx, forward and backward.
 #pragma once
 
-#include <algorithm>  // std::copy_n, std::fill_n
-#include <cstdint>    // std::int64_t
-#include <optional>   // std::optional
-#include <stdexcept>  // std::out_of_range
-#include <string>     // std::string, std::to_string
-#include <vector>     // std::vector
+#include <algorithm>    // std::copy_n, std::fill_n
+#include <cstdint>      // std::int64_t
+#include <optional>     // std::optional
+#include <stdexcept>    // std::out_of_range
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::conditional_t, std::is_const_v
+#include <utility>      // std::move
+#include <vector>       // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -16,6 +18,7 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "module.hpp"
+#include "uninitialized.hpp"
 
 namespace headwise {
 
@@ -36,6 +39,11 @@ public:
     template <class Rng>
     Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
               Rng& rng);
+    /// The same shape with the table unwritten (load it before use; the padding row is not
+    /// zeroed either) and the gradient allocated on first use (see headwise::uninitialized):
+    /// for a model that loads its weights from a checkpoint.
+    Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
+              uninitialized_t);
 
     /// out[..., :] = weight[indices[...], :]. Throws std::out_of_range naming the position of an
     /// index outside [0, num_embeddings), before writing anything; shape_error for indices of
@@ -49,17 +57,45 @@ public:
     std::optional<Index> padding_idx() const noexcept { return padding_idx_; }
     TensorView<T> weight() noexcept { return weight_.view(); }
     TensorView<const T> weight() const noexcept { return weight_.view(); }
+    /// Replaces the weight by `w`, moved in without a copy (for a loader that owns the
+    /// checkpoint's tensors). Throws shape_error naming the function and the argument, before
+    /// any change, unless `w` has the weight's shape. Views of the old weight no longer refer
+    /// to the layer's.
+    void take_weight(Tensor<T>&& w) {
+        detail::check_shape("headwise::Embedding::take_weight", "weight", w.shape(),
+                            weight_.shape());
+        weight_ = std::move(w);
+    }
+    /// The weight's gradient; on an embedding constructed uninitialized, the first call that
+    /// needs it (this, parameters(), backward) allocates it, which is not safe concurrently
+    /// with another such first call.
+    TensorView<T> grad_weight() { return grad().view(); }
+    TensorView<const T> grad_weight() const { return grad().view(); }
+    /// Whether the gradient buffer exists (always, unless constructed uninitialized and not yet
+    /// asked for it).
+    bool has_grad_buffers() const noexcept { return grad_weight_.numel() > 0; }
 
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit) {
-        visit("weight", self.weight_.view(), self.grad_weight_.view());
+        // The gradient of a const layer is visited const, as its value is.
+        using Grad = std::conditional_t<std::is_const_v<Self>, const Tensor<T>&, Tensor<T>&>;
+        Grad g = self.grad();
+        visit("weight", self.weight_.view(), g.view());
     }
 
 private:
     void check_indices(const char* fn, TensorView<const std::int64_t> indices) const;
+    /// The gradient buffer, allocated (zero) if it is not yet.
+    Tensor<T>& grad() const {
+        if (grad_weight_.numel() == 0) grad_weight_ = Tensor<T>(weight_.shape());
+        return grad_weight_;
+    }
 
     std::optional<Index> padding_idx_;  // normalised to [0, num_embeddings)
-    Tensor<T> weight_, grad_weight_;    // [num_embeddings, embedding_dim]
+    Tensor<T> weight_;                  // [num_embeddings, embedding_dim]
+    // Mutable: an embedding constructed uninitialized allocates it on first use, which may be a
+    // const call (parameters() const, grad_dict()).
+    mutable Tensor<T> grad_weight_;  // [num_embeddings, embedding_dim], or [0, 0] until then
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -113,6 +149,22 @@ Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional
 }
 
 template <class T>
+Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
+                        uninitialized_t)
+    : weight_(Tensor<T>::uninitialized(detail::embedding_shape(num_embeddings, embedding_dim))),
+      grad_weight_(Shape{0, 0}) {
+    if (padding_idx) {
+        const Index p = *padding_idx;
+        if (p < -num_embeddings || p >= num_embeddings)
+            throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
+                                   "must be in [-" + std::to_string(num_embeddings) + ", " +
+                                       std::to_string(num_embeddings) + ")",
+                                   std::to_string(p));
+        padding_idx_ = p < 0 ? p + num_embeddings : p;
+    }
+}
+
+template <class T>
 void Embedding<T>::check_indices(const char* fn, TensorView<const std::int64_t> indices) const {
     const Index n = num_embeddings();
     for (Index i = 0; i < indices.numel(); ++i) {
@@ -143,6 +195,7 @@ void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<c
     const Shape s = detail::embedding_output_shape(fn, indices.shape(), E);
     detail::check_shape(fn, "grad_output", dy.shape(), s);
     check_indices(fn, indices);
+    grad();
     for (Index i = 0; i < indices.numel(); ++i) {
         const Index row = static_cast<Index>(indices[i]);
         if (padding_idx_ && row == *padding_idx_) continue;

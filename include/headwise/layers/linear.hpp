@@ -2,8 +2,10 @@
 // Linear<T>: y = x W^T + b over the last axis, owning its parameters and their gradients.
 #pragma once
 
-#include <cmath>   // std::sqrt
-#include <string>  // std::to_string
+#include <cmath>        // std::sqrt
+#include <string>       // std::to_string
+#include <type_traits>  // std::conditional_t, std::is_const_v
+#include <utility>      // std::move, std::pair
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -13,6 +15,7 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "module.hpp"
+#include "uninitialized.hpp"
 
 namespace headwise {
 
@@ -36,6 +39,10 @@ public:
     /// unless both sizes are positive.
     template <class Rng>
     Linear(Index in_features, Index out_features, bool bias, Rng& rng);
+    /// The same shapes with the weight and bias unwritten (load them before use) and the
+    /// gradients allocated on first use (see headwise::uninitialized): for a model that loads
+    /// its weights from a checkpoint. The gradients, once allocated, start at zero.
+    Linear(Index in_features, Index out_features, bool bias, uninitialized_t);
 
     /// y[..., out] = x[..., in] W^T + b.
     Tensor<T> forward(TensorView<const T> x) const;
@@ -54,21 +61,47 @@ public:
     bool has_bias() const noexcept { return has_bias_; }
 
     /// Parameters and gradients as views: values may be changed in place, shapes may not.
-    /// Without bias, bias() and grad_bias() are empty (shape [0]).
+    /// Without bias, bias() and grad_bias() are empty (shape [0]). On a layer constructed
+    /// uninitialized, the first call that needs the gradients (these accessors, parameters(),
+    /// backward) allocates them; that first call is not safe concurrently with another.
     TensorView<T> weight() noexcept { return weight_.view(); }
     TensorView<const T> weight() const noexcept { return weight_.view(); }
     TensorView<T> bias() noexcept { return bias_.view(); }
     TensorView<const T> bias() const noexcept { return bias_.view(); }
-    TensorView<T> grad_weight() noexcept { return grad_weight_.view(); }
-    TensorView<const T> grad_weight() const noexcept { return grad_weight_.view(); }
-    TensorView<T> grad_bias() noexcept { return grad_bias_.view(); }
-    TensorView<const T> grad_bias() const noexcept { return grad_bias_.view(); }
+    TensorView<T> grad_weight() { return grads().first.view(); }
+    TensorView<const T> grad_weight() const { return grads().first.view(); }
+    TensorView<T> grad_bias() { return grads().second.view(); }
+    TensorView<const T> grad_bias() const { return grads().second.view(); }
+    /// Whether the gradient buffers exist (always, unless constructed uninitialized and not
+    /// yet asked for them).
+    bool has_grad_buffers() const noexcept { return grad_weight_.numel() > 0; }
+
+    /// Replace the weight [out, in] or the bias [out] by `w`, moved in without a copy (for a
+    /// loader that owns the checkpoint's tensors). Throws shape_error naming the function and
+    /// the argument, before any change, unless `w` has the parameter's shape (take_bias: a
+    /// layer with a bias). Views of the replaced parameter (from weight(), parameters(), ...)
+    /// no longer refer to the layer's.
+    void take_weight(Tensor<T>&& w) {
+        detail::check_shape("headwise::Linear::take_weight", "weight", w.shape(), weight_.shape());
+        weight_ = std::move(w);
+    }
+    void take_bias(Tensor<T>&& b) {
+        if (!has_bias_)
+            throw_invalid_argument("headwise::Linear::take_bias", "bias",
+                                   "a layer constructed with a bias", "a layer without one");
+        detail::check_shape("headwise::Linear::take_bias", "bias", b.shape(), bias_.shape());
+        bias_ = std::move(b);
+    }
 
     /// "weight" [out, in] and "bias" [out] (if any) with their gradients, in torch's order.
     template <class Self, class Visit>
     static void visit_parameters(Self& m, Visit&& visit) {
-        visit("weight", m.weight_.view(), m.grad_weight_.view());
-        if (m.has_bias_) visit("bias", m.bias_.view(), m.grad_bias_.view());
+        m.grads();
+        // The gradients of a const layer are visited const, as its values are.
+        using Grad = std::conditional_t<std::is_const_v<Self>, const Tensor<T>&, Tensor<T>&>;
+        Grad grad_weight = m.grad_weight_, grad_bias = m.grad_bias_;
+        visit("weight", m.weight_.view(), grad_weight.view());
+        if (m.has_bias_) visit("bias", m.bias_.view(), grad_bias.view());
     }
 
 private:
@@ -79,14 +112,24 @@ private:
     }
     void forward_unchecked(TensorView<const T> x, TensorView<T> y) const;
     void backward_unchecked(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
+    /// The gradient buffers, allocated (zero) if they are not yet.
+    std::pair<Tensor<T>&, Tensor<T>&> grads() const {
+        if (grad_weight_.numel() == 0) {
+            grad_weight_ = Tensor<T>(weight_.shape());
+            grad_bias_ = Tensor<T>(bias_.shape());
+        }
+        return {grad_weight_, grad_bias_};
+    }
 
     Index in_features_;
     Index out_features_;
     bool has_bias_;
     Tensor<T> weight_;       // [out, in]
     Tensor<T> bias_;         // [out], or [0] without bias
-    Tensor<T> grad_weight_;  // [out, in]
-    Tensor<T> grad_bias_;    // [out], or [0] without bias
+    // Mutable: a layer constructed uninitialized allocates them on first use, which may be a
+    // const call (parameters() const, grad_dict()).
+    mutable Tensor<T> grad_weight_;  // [out, in], or [0, 0] until allocated
+    mutable Tensor<T> grad_bias_;    // [out], or [0] without bias or until allocated
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -118,6 +161,16 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, Rng& rng)
         uniform_(bias_, -bound, bound, rng);
     }
 }
+
+template <class T>
+Linear<T>::Linear(Index in_features, Index out_features, bool bias, uninitialized_t)
+    : in_features_(detail::checked_features("in_features", in_features)),
+      out_features_(detail::checked_features("out_features", out_features)),
+      has_bias_(bias),
+      weight_(Tensor<T>::uninitialized(Shape{out_features, in_features})),
+      bias_(Tensor<T>::uninitialized(Shape{bias ? out_features : 0})),
+      grad_weight_(Shape{0, 0}),
+      grad_bias_(Shape{0}) {}
 
 template <class T>
 Tensor<T> Linear<T>::forward(TensorView<const T> x) const {
@@ -166,6 +219,7 @@ template <class T>
 void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy,
                                    TensorView<T> dx) {
     // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
+    grads();
     ops::linear_backward<T>(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
                             grad_weight_.matrix(), has_bias_ ? grad_bias_.data() : nullptr);
 }

@@ -10,13 +10,14 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include <nlohmann/json.hpp>
 
-#include <cstdint>    // std::int64_t, std::uint64_t, std::uint8_t
-#include <cstring>    // std::memcpy
+#include <algorithm>  // std::copy_n
+#include <cstdint>    // std::int64_t, std::uint64_t
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
+#include <set>        // std::set
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
-#include <utility>    // std::move
+#include <utility>    // std::move, std::pair
 #include <vector>     // std::vector
 
 #include "../config.hpp"
@@ -28,6 +29,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "../layers/module.hpp"
+#include "../layers/uninitialized.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -73,6 +75,9 @@ public:
     static constexpr const char* kName = "headwise::models::BertLayer";
 
     BertLayer(const BertConfig& config, Projection projection, std::uint64_t seed);
+    /// The feed-forward Linears allocated but not written and without gradient buffers until
+    /// asked for (headwise::uninitialized), for a layer whose weights are loaded next.
+    BertLayer(const BertConfig& config, Projection projection, uninitialized_t);
 
     /// x [B, L, E] -> [B, L, E]; masks.key_padding_mask [B, L] (true = padding) keeps padding
     /// out of every attention row.
@@ -87,6 +92,10 @@ public:
 
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit);
+    /// visit(name, value) for every parameter under the names of visit_parameters, without
+    /// the gradients (so that loading weights allocates none).
+    template <class Visit>
+    void visit_values(Visit&& visit);
     template <class Self, class Visit>
     static void visit_children(Self& self, Visit&& visit) {
         visit(self.attention_);
@@ -97,6 +106,9 @@ public:
     }
 
 private:
+    template <class>
+    friend class BertModel;  // moves loaded weights into the feed-forward Linears
+
     static MultiheadAttentionOptions attention_options(const BertConfig& c, Projection p);
 
     Generator rng_;  // draws the linears' initial weights
@@ -149,6 +161,11 @@ public:
                       TensorView<const bool> padding_mask = {},
                       TensorView<const std::int64_t> token_type_ids = {});
 
+    /// A model of the given configuration whose embeddings and feed-forward Linears are
+    /// allocated but not written, without gradient buffers until asked for
+    /// (headwise::uninitialized); load_pretrained() fills it. from_pretrained() builds on it.
+    BertModel(const BertConfig& config, Projection projection, uninitialized_t);
+
     /// Every layer's attention computes its projections this way from now on.
     BertModel& with_projection(Projection projection) {
         headwise::detail::check_projection("headwise::models::BertModel::with_projection",
@@ -172,6 +189,9 @@ public:
 
 private:
     static const BertConfig& checked(const BertConfig& c);
+    /// load_pretrained; with `take`, the embeddings' and Linears' tensors are moved out of
+    /// `state` into the modules instead of copied.
+    void load_checked(StateDict<T>& state, const std::string& prefix, bool take);
 
     BertConfig config_;
     Generator rng_;  // draws the embeddings' initial weights
@@ -179,13 +199,6 @@ private:
     LayerNorm<T> embeddings_norm_;
     std::vector<BertLayer<T>> layers_;
 };
-
-/// The floating-point entries of a safetensors checkpoint, read into T, as
-/// io::load_safetensors reads them; entries of integer or boolean dtypes (buffers such as
-/// BERT's embeddings.position_ids, which io::load_safetensors rejects) are left out. Throws
-/// std::runtime_error naming the file (and the entry) when it is missing or malformed.
-template <class T>
-StateDict<T> load_weights(const std::string& path);
 
 // ---- definitions ----------------------------------------------------------------------------
 
@@ -201,63 +214,6 @@ inline nlohmann::json read_json_object(const char* fn, const std::string& path) 
     if (!j.is_object())
         throw std::runtime_error(std::string(fn) + ": " + path + ": expected a JSON object");
     return j;
-}
-
-/// A safetensors file's bytes with every entry of a dtype load_safetensors does not read
-/// (integer buffers such as embeddings.position_ids) relabelled as raw F32 bytes [n / 4] under
-/// its own name, so the file loads as a whole; the caller drops those entries. Returns the
-/// renamed entries' names in `relabelled`.
-inline std::vector<std::uint8_t> float_view_of_safetensors(const char* fn, const std::string& path,
-                                                           std::vector<std::string>& relabelled) {
-    const auto fail = [&](const std::string& what) {
-        throw std::runtime_error(std::string(fn) + ": " + path + ": " + what);
-    };
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("cannot open the file");
-    in.seekg(0, std::ios::end);
-    const auto size = static_cast<std::uint64_t>(in.tellg());
-    in.seekg(0, std::ios::beg);
-    if (size < 8) fail("shorter than the 8-byte header length");
-    std::uint8_t len_bytes[8];
-    in.read(reinterpret_cast<char*>(len_bytes), 8);
-    std::uint64_t n = 0;
-    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len_bytes[i]) << (8 * i);
-    if (n > size - 8) fail("header length " + std::to_string(n) + " runs past the file");
-    std::string header(static_cast<std::size_t>(n), '\0');
-    in.read(header.data(), static_cast<std::streamsize>(n));
-    nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-    bool changed = false;
-    if (!j.is_discarded() && j.is_object()) {
-        for (auto& [name, entry] : j.items()) {
-            if (name == "__metadata__" || !entry.is_object()) continue;
-            const auto dtype = entry.find("dtype");
-            const auto offsets = entry.find("data_offsets");
-            if (dtype == entry.end() || !dtype->is_string() || offsets == entry.end() ||
-                !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number() ||
-                !(*offsets)[1].is_number())
-                continue;  // malformed: load_safetensors says what is wrong
-            const std::string d = dtype->get<std::string>();
-            if (d == "F32" || d == "F64" || d == "BF16" || d == "F16") continue;
-            const auto bytes =
-                (*offsets)[1].get<std::uint64_t>() - (*offsets)[0].get<std::uint64_t>();
-            if (bytes % 4 != 0) continue;
-            entry["dtype"] = "F32";
-            entry["shape"] = nlohmann::json::array({bytes / 4});
-            relabelled.push_back(name);
-            changed = true;
-        }
-    }
-    std::string new_header = changed ? j.dump() : header;
-    while (new_header.size() % 8 != 0) new_header.push_back(' ');
-    std::vector<std::uint8_t> out(8 + new_header.size() + (size - 8 - n));
-    const std::uint64_t m = new_header.size();
-    for (int i = 0; i < 8; ++i)
-        out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(m >> (8 * i));
-    std::memcpy(out.data() + 8, new_header.data(), new_header.size());
-    in.read(reinterpret_cast<char*>(out.data() + 8 + new_header.size()),
-            static_cast<std::streamsize>(size - 8 - n));
-    if (!in) fail("read error");
-    return out;
 }
 
 }  // namespace detail
@@ -336,6 +292,49 @@ BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, std::uint64_
       output_(c.intermediate_size, c.hidden_size, true, rng_),
       output_norm_(c.hidden_size, c.layer_norm_eps),
       act_(c.hidden_act) {}
+
+template <class T>
+BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, uninitialized_t)
+    : rng_(0),
+      attention_(attention_options(c, projection), 0),
+      attention_norm_(c.hidden_size, c.layer_norm_eps),
+      intermediate_(c.hidden_size, c.intermediate_size, true, uninitialized),
+      output_(c.intermediate_size, c.hidden_size, true, uninitialized),
+      output_norm_(c.hidden_size, c.layer_norm_eps),
+      act_(c.hidden_act) {}
+
+template <class T>
+template <class Visit>
+void BertLayer<T>::visit_values(Visit&& visit) {
+    // The attention keeps its gradients whatever this layer does; its values are cut as in
+    // visit_parameters.
+    auto attention = attention_.parameters();
+    const Index E = attention_.embed_dim();
+    for (const auto& p : attention) {
+        if (p.name == "in_proj_weight") {
+            const char* names[3] = {"attention.self.query.weight", "attention.self.key.weight",
+                                    "attention.self.value.weight"};
+            for (Index i = 0; i < 3; ++i)
+                visit(names[i], view(p.value.data() + i * E * E, Shape{E, E}));
+        } else if (p.name == "in_proj_bias") {
+            const char* names[3] = {"attention.self.query.bias", "attention.self.key.bias",
+                                    "attention.self.value.bias"};
+            for (Index i = 0; i < 3; ++i) visit(names[i], view(p.value.data() + i * E, Shape{E}));
+        } else if (p.name == "out_proj.weight") {
+            visit("attention.output.dense.weight", p.value);
+        } else if (p.name == "out_proj.bias") {
+            visit("attention.output.dense.bias", p.value);
+        }
+    }
+    visit("attention.output.LayerNorm.weight", attention_norm_.weight());
+    visit("attention.output.LayerNorm.bias", attention_norm_.bias());
+    visit("intermediate.dense.weight", intermediate_.weight());
+    visit("intermediate.dense.bias", intermediate_.bias());
+    visit("output.dense.weight", output_.weight());
+    visit("output.dense.bias", output_.bias());
+    visit("output.LayerNorm.weight", output_norm_.weight());
+    visit("output.LayerNorm.bias", output_norm_.bias());
+}
 
 template <class T>
 template <class Self, class Visit>
@@ -418,6 +417,22 @@ BertModel<T>::BertModel(const BertConfig& config, Projection projection, std::ui
 }
 
 template <class T>
+BertModel<T>::BertModel(const BertConfig& config, Projection projection, uninitialized_t)
+    : config_(checked(config)),
+      rng_(0),
+      word_embeddings_(config.vocab_size, config.hidden_size, std::nullopt, uninitialized),
+      position_embeddings_(config.max_position_embeddings, config.hidden_size, std::nullopt,
+                           uninitialized),
+      token_type_embeddings_(config.type_vocab_size, config.hidden_size, std::nullopt,
+                             uninitialized),
+      embeddings_norm_(config.hidden_size, config.layer_norm_eps) {
+    layers_.reserve(static_cast<std::size_t>(config.num_hidden_layers));
+    for (Index i = 0; i < config.num_hidden_layers; ++i)
+        layers_.emplace_back(config, projection, uninitialized);
+    this->eval();
+}
+
+template <class T>
 template <class Self, class Visit>
 void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
     BertModel::visit_child(self.word_embeddings_, "embeddings.word_embeddings.", visit);
@@ -430,28 +445,95 @@ void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
 
 template <class T>
 void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
-    // A checkpoint's pooler and position_ids buffer are not the encoder's; with a prefix, keys
-    // outside it (the heads of BertFor... models) are left alone by load_state_dict.
-    for (auto it = state.begin(); it != state.end();) {
-        const std::string& key = it->first;
-        const bool ours = key.compare(0, prefix.size(), prefix) == 0;
-        const std::string name = ours ? key.substr(prefix.size()) : std::string();
-        if (ours && (name.compare(0, 7, "pooler.") == 0 || name == "embeddings.position_ids"))
-            it = state.erase(it);
-        else
-            ++it;
-    }
-    this->load_state_dict(state, prefix);
+    load_checked(state, prefix, false);
 }
 
 template <class T>
-StateDict<T> load_weights(const std::string& path) {
-    std::vector<std::string> relabelled;
-    const std::vector<std::uint8_t> bytes =
-        detail::float_view_of_safetensors("headwise::models::load_weights", path, relabelled);
-    StateDict<T> state = io::parse_safetensors<T>(bytes.data(), bytes.size(), path);
-    for (const std::string& name : relabelled) state.erase(name);
-    return state;
+void BertModel<T>::load_checked(StateDict<T>& state, const std::string& prefix, bool take) {
+    // As load_state_dict (strict, everything checked before anything is written, the same
+    // messages), but through the values alone: a model constructed uninitialized then keeps
+    // its gradient buffers unallocated. A checkpoint's pooler and position_ids buffer are not
+    // the encoder's; with a prefix, keys outside it (the heads of BertFor... models) are
+    // ignored.
+    const std::string fn = std::string(kName) + "::load_pretrained";
+    std::vector<std::pair<std::string, TensorView<T>>> values;
+    const auto add = [&](const std::string& name, TensorView<T> v) {
+        values.emplace_back(name, v);
+    };
+    add("embeddings.word_embeddings.weight", word_embeddings_.weight());
+    add("embeddings.position_embeddings.weight", position_embeddings_.weight());
+    add("embeddings.token_type_embeddings.weight", token_type_embeddings_.weight());
+    add("embeddings.LayerNorm.weight", embeddings_norm_.weight());
+    add("embeddings.LayerNorm.bias", embeddings_norm_.bias());
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const std::string layer = "encoder.layer." + std::to_string(i) + ".";
+        layers_[i].visit_values(
+            [&](const std::string& name, TensorView<T> v) { add(layer + name, v); });
+    }
+    std::vector<std::string> unexpected;
+    for (const auto& entry : state) {
+        const std::string& key = entry.first;
+        if (key.compare(0, prefix.size(), prefix) != 0) {
+            if (prefix.empty()) unexpected.push_back(key);
+            continue;
+        }
+        const std::string name = key.substr(prefix.size());
+        if (name.compare(0, 7, "pooler.") == 0 || name == "embeddings.position_ids") continue;
+        bool known = false;
+        for (const auto& v : values) known = known || v.first == name;
+        if (!known) unexpected.push_back(key);
+    }
+    std::string also_unexpected;
+    for (const std::string& key : unexpected)
+        also_unexpected += (also_unexpected.empty() ? " (unexpected keys: " : ", ") + key;
+    if (!also_unexpected.empty()) also_unexpected += ")";
+    for (const auto& [name, v] : values) {
+        const std::string key = prefix + name;
+        const auto it = state.find(key);
+        if (it == state.end())
+            throw std::invalid_argument(fn + ": " + key +
+                                        ": missing from the state dict, expected shape " +
+                                        v.shape().str() + also_unexpected);
+        headwise::detail::check_shape(fn.c_str(), key.c_str(), it->second.shape(), v.shape());
+    }
+    if (!unexpected.empty()) {
+        std::string expected;
+        for (const auto& v : values) expected += (expected.empty() ? "" : ", ") + prefix + v.first;
+        throw std::invalid_argument(
+            fn + ": " + unexpected.front() + ": unexpected key in the state dict (shape " +
+            state.at(unexpected.front()).shape().str() + "); expected keys: " + expected);
+    }
+    // Every check passed: nothing below throws.
+    std::set<std::string> taken;
+    if (take) {
+        const auto move = [&](const std::string& name, auto&& into) {
+            into(std::move(state.at(prefix + name)));
+            taken.insert(name);
+        };
+        move("embeddings.word_embeddings.weight",
+             [&](Tensor<T>&& t) { word_embeddings_.take_weight(std::move(t)); });
+        move("embeddings.position_embeddings.weight",
+             [&](Tensor<T>&& t) { position_embeddings_.take_weight(std::move(t)); });
+        move("embeddings.token_type_embeddings.weight",
+             [&](Tensor<T>&& t) { token_type_embeddings_.take_weight(std::move(t)); });
+        for (std::size_t i = 0; i < layers_.size(); ++i) {
+            const std::string layer = "encoder.layer." + std::to_string(i) + ".";
+            BertLayer<T>& l = layers_[i];
+            move(layer + "intermediate.dense.weight",
+                 [&](Tensor<T>&& t) { l.intermediate_.take_weight(std::move(t)); });
+            move(layer + "intermediate.dense.bias",
+                 [&](Tensor<T>&& t) { l.intermediate_.take_bias(std::move(t)); });
+            move(layer + "output.dense.weight",
+                 [&](Tensor<T>&& t) { l.output_.take_weight(std::move(t)); });
+            move(layer + "output.dense.bias",
+                 [&](Tensor<T>&& t) { l.output_.take_bias(std::move(t)); });
+        }
+    }
+    for (const auto& [name, v] : values) {
+        if (taken.count(name)) continue;
+        const Tensor<T>& src = state.at(prefix + name);
+        std::copy_n(src.data(), src.numel(), v.data());
+    }
 }
 
 template <class T>
@@ -460,13 +542,14 @@ BertModel<T> BertModel<T>::from_pretrained(const std::string& dir, Projection pr
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
     const BertConfig config = BertConfig::from_json_file(base + "config.json");
     const std::string weights = base + "model.safetensors";
-    StateDict<T> state = load_weights<T>(weights);
-    BertModel model(config, projection);
+    // Integer entries (the position_ids buffer) load as T; load_pretrained ignores them.
+    StateDict<T> state = io::load_safetensors<T>(weights);
+    BertModel model(config, projection, uninitialized);
     // A BertFor... checkpoint keeps the encoder under "bert.".
     const bool prefixed = state.count("embeddings.word_embeddings.weight") == 0 &&
                           state.count("bert.embeddings.word_embeddings.weight") != 0;
     try {
-        model.load_pretrained(std::move(state), prefixed ? "bert." : "");
+        model.load_checked(state, prefixed ? "bert." : "", /*take=*/true);
     } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string(fn) + ": " + weights + ": " + e.what());
     }
