@@ -17,6 +17,8 @@
 // bit for bit those of one uninterrupted run.
 #include <headwise/headwise.hpp>
 
+#include "sort_model.hpp"  // SortModel, make_batch, sequence_accuracy
+
 #if !__has_include(<nlohmann/json.hpp>)
 #error "train_sort saves checkpoints with io/safetensors.hpp, which needs nlohmann/json"
 #endif
@@ -40,119 +42,12 @@ using T = float;
 
 namespace {
 
-constexpr Index kDigits = 10;  // vocabulary: the digits 0..9
-constexpr Index kLength = 8;   // L, tokens per sequence
-
-/// The model, itself a module: its parameters are its children's under their prefixes, so that
-/// parameters(), zero_grad(), state_dict() and train()/eval() cover the whole model.
-struct SortModel : headwise::Module<SortModel, T> {
-    static constexpr const char* kName = "SortModel";
-
-    headwise::Embedding<T> tokens, positions;
-    std::vector<headwise::TransformerEncoderLayer<T>> layers;
-    headwise::Linear<T> head;
-
-    SortModel(const headwise::TransformerEncoderLayerOptions& o, int num_layers,
-              headwise::Generator& rng)
-        : tokens(kDigits, o.d_model, std::nullopt, rng),
-          positions(kLength, o.d_model, std::nullopt, rng),
-          head(o.d_model, kDigits, true, rng) {
-        for (int i = 0; i < num_layers; ++i) layers.emplace_back(o, /*seed=*/100 + i);
-    }
-
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        visit_child(self.tokens, "tokens.", visit);
-        visit_child(self.positions, "positions.", visit);
-        for (std::size_t i = 0; i < self.layers.size(); ++i)
-            visit_child(self.layers[i], "layers." + std::to_string(i) + ".", visit);
-        visit_child(self.head, "head.", visit);
-    }
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        for (auto& layer : self.layers) visit(layer);
-    }
-
-    void set_projection(headwise::Projection p) {
-        for (auto& layer : layers) layer.with_projection(p);
-    }
-
-    /// Logits [B L, digits] for tokens [B, L]; `saved` keeps what backward needs.
-    struct Forward {
-        Tensor<T> logits;
-        std::vector<headwise::TransformerEncoderLayerForward<T>> layers;
-        Tensor<T> last;  // the last layer's output, the head's input
-    };
-    Forward forward(const Tensor<std::int64_t>& seq) {
-        const Index B = seq.shape()[0];
-        Tensor<std::int64_t> pos(Shape{B, kLength});  // [B, L]: 0, 1, ..., L - 1 per row
-        for (Index b = 0; b < B; ++b)
-            for (Index l = 0; l < kLength; ++l) pos(b, l) = l;
-        Tensor<T> x = tokens.forward(seq);  // [B, L, E]
-        x.matrix() += positions.forward(pos).matrix();
-        Forward f;
-        for (auto& layer : layers) {
-            f.layers.push_back(layer.forward(x));
-            x = f.layers.back().output;  // [B, L, E]
-        }
-        f.last = std::move(x);
-        f.logits = std::move(head.forward(f.last)).reshape(Shape{B * kLength, kDigits});
-        return f;
-    }
-    void backward(const Tensor<std::int64_t>& seq, const Forward& f, const Tensor<T>& dlogits) {
-        const Index B = seq.shape()[0];
-        Tensor<T> dx = head.backward(f.last, dlogits.reshape(Shape{B, kLength, kDigits}));
-        for (std::size_t i = layers.size(); i-- > 0;) dx = layers[i].backward(f.layers[i], dx);
-        Tensor<std::int64_t> pos(Shape{B, kLength});
-        for (Index b = 0; b < B; ++b)
-            for (Index l = 0; l < kLength; ++l) pos(b, l) = l;
-        tokens.backward(seq, dx);
-        positions.backward(pos, dx);
-    }
-};
-
-/// A batch of random digit sequences [B, L] and their sorted versions [B L] (the targets),
-/// never one of the held-out sequences.
-struct Batch {
-    Tensor<std::int64_t> seq, target;
-};
-std::int64_t code(const std::int64_t* s) {
-    std::int64_t c = 0;
-    for (Index l = 0; l < kLength; ++l) c = c * kDigits + s[l];
-    return c;
-}
-Batch make_batch(Index B, headwise::Generator& rng, const std::set<std::int64_t>* exclude) {
-    Batch batch{Tensor<std::int64_t>(Shape{B, kLength}), Tensor<std::int64_t>(Shape{B * kLength})};
-    for (Index b = 0; b < B; ++b) {
-        std::int64_t* s = batch.seq.data() + b * kLength;
-        do {
-            for (Index l = 0; l < kLength; ++l) s[l] = static_cast<std::int64_t>(rng() % kDigits);
-        } while (exclude && exclude->count(code(s)));
-        std::int64_t* t = batch.target.data() + b * kLength;
-        std::copy(s, s + kLength, t);
-        std::sort(t, t + kLength);
-    }
-    return batch;
-}
-
-/// Fraction of sequences whose every position is predicted right (eval mode, no dropout).
-double sequence_accuracy(SortModel& model, const Batch& held_out) {
-    model.eval();
-    const SortModel::Forward f = model.forward(held_out.seq);
-    model.train();
-    const Index N = held_out.seq.shape()[0];
-    Index right = 0;
-    for (Index n = 0; n < N; ++n) {
-        bool all = true;
-        for (Index l = 0; l < kLength; ++l) {
-            const T* row = f.logits.data() + (n * kLength + l) * kDigits;
-            const Index arg = std::max_element(row, row + kDigits) - row;
-            all = all && arg == held_out.target.data()[n * kLength + l];
-        }
-        right += all;
-    }
-    return static_cast<double>(right) / static_cast<double>(N);
-}
+using sort_model::Batch;
+using sort_model::code;
+using sort_model::kLength;
+using sort_model::make_batch;
+using sort_model::sequence_accuracy;
+using sort_model::SortModel;
 
 struct Run {
     std::vector<double> losses;  // of the steps this process ran
