@@ -12,6 +12,7 @@
 #include "../config.hpp"
 #include "../detail/axis.hpp"
 #include "../detail/tensor_like.hpp"
+#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -31,20 +32,6 @@ std::vector<Tensor<detail::scalar_t<X>>> split(const X& x, const std::vector<Ind
                                                int axis = 0);
 
 // ---- definitions ---------------------------------------------------------------------------
-
-namespace detail {
-
-/// "[2, *, 4]": the shape with the free axis starred.
-inline std::string shape_with_free_axis(const Shape& shape, int axis) {
-    std::string s = "[";
-    for (int a = 0; a < shape.rank(); ++a) {
-        if (a) s += ", ";
-        s += a == axis ? std::string("*") : std::to_string(shape[a]);
-    }
-    return s + "]";
-}
-
-}  // namespace detail
 
 template <class T>
 Tensor<T> concat(const std::vector<TensorView<const T>>& parts, int axis) {

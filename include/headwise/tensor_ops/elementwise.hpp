@@ -10,6 +10,7 @@
 
 #include "../config.hpp"
 #include "../detail/tensor_like.hpp"
+#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -101,126 +102,6 @@ template <class X, detail::require_mutable_tensor<X> = 0>
 X& operator/=(X& a, detail::scalar_t<X> s);
 
 // ---- definitions ---------------------------------------------------------------------------
-
-namespace detail {
-
-enum class ElementwiseOp { add, sub, mul, div, rsub, rdiv };
-
-/// The flat data of a view as an Eigen column array (no copy; views need not be aligned).
-template <class T>
-Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> flat_array(TensorView<const T> v) {
-    return Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v.data(), v.numel());
-}
-template <class T>
-Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat_array(TensorView<T> v) {
-    return Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(v.data(), v.numel());
-}
-
-/// out = a (op) b elementwise; out may alias a or b exactly.
-template <class T>
-void elementwise_into(ElementwiseOp op, TensorView<const T> a, TensorView<const T> b,
-                      TensorView<T> out) {
-    const auto A = flat_array(a);
-    const auto B = flat_array(b);
-    auto O = flat_array(out);
-    switch (op) {
-        case ElementwiseOp::add:
-            O = A + B;
-            break;
-        case ElementwiseOp::sub:
-            O = A - B;
-            break;
-        case ElementwiseOp::mul:
-            O = A * B;
-            break;
-        case ElementwiseOp::div:
-            O = A / B;
-            break;
-        case ElementwiseOp::rsub:
-            O = B - A;
-            break;
-        case ElementwiseOp::rdiv:
-            O = B / A;
-            break;
-    }
-}
-
-/// out = a (op) s elementwise (rsub: s - a, rdiv: s / a); out may alias a.
-template <class T>
-void elementwise_into(ElementwiseOp op, TensorView<const T> a, T s, TensorView<T> out) {
-    const auto A = flat_array(a);
-    auto O = flat_array(out);
-    switch (op) {
-        case ElementwiseOp::add:
-            O = A + s;
-            break;
-        case ElementwiseOp::sub:
-            O = A - s;
-            break;
-        case ElementwiseOp::mul:
-            O = A * s;
-            break;
-        case ElementwiseOp::div:
-            O = A / s;
-            break;
-        case ElementwiseOp::rsub:
-            O = s - A;
-            break;
-        case ElementwiseOp::rdiv:
-            O = s / A;
-            break;
-    }
-}
-
-template <class X, class Y>
-Tensor<scalar_t<X>> elementwise(const char* function, ElementwiseOp op, const X& a, const Y& b) {
-    using T = scalar_t<X>;
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    static_assert(std::is_same_v<T, scalar_t<Y>>,
-                  "headwise: both tensors of an elementwise operation must hold the same scalar "
-                  "type; convert one of them first");
-    const TensorView<const T> A = const_view(a);
-    const TensorView<const T> B = const_view(b);
-    check_shape(function, "b", B.shape(), A.shape());
-    Tensor<T> out(A.shape());  // [A.shape]
-    elementwise_into<T>(op, A, B, out.view());
-    return out;
-}
-
-template <class X>
-Tensor<scalar_t<X>> elementwise(ElementwiseOp op, const X& a, scalar_t<X> s) {
-    using T = scalar_t<X>;
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    const TensorView<const T> A = const_view(a);
-    Tensor<T> out(A.shape());  // [A.shape]
-    elementwise_into<T>(op, A, s, out.view());
-    return out;
-}
-
-template <class X, class Y>
-X& elementwise_assign(const char* function, ElementwiseOp op, X& a, const Y& b) {
-    using T = scalar_t<X>;
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    static_assert(std::is_same_v<T, scalar_t<Y>>,
-                  "headwise: both tensors of an elementwise operation must hold the same scalar "
-                  "type; convert one of them first");
-    const TensorView<T> A = mutable_view(a);
-    const TensorView<const T> B = const_view(b);
-    check_shape(function, "b", B.shape(), A.shape());
-    elementwise_into<T>(op, A, B, A);
-    return a;
-}
-
-template <class X>
-X& elementwise_assign(ElementwiseOp op, X& a, scalar_t<X> s) {
-    using T = scalar_t<X>;
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    const TensorView<T> A = mutable_view(a);
-    elementwise_into<T>(op, A, s, A);
-    return a;
-}
-
-}  // namespace detail
 
 template <class X, class Y, detail::require_tensors<X, Y>>
 Tensor<detail::scalar_t<X>> add(const X& a, const Y& b) {

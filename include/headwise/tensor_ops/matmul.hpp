@@ -11,6 +11,7 @@
 
 #include "../config.hpp"
 #include "../detail/tensor_like.hpp"
+#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../ops/gemm.hpp"
 #include "../shape.hpp"
@@ -31,28 +32,6 @@ Tensor<detail::scalar_t<X>> batched_matmul(const X& a, const Y& b, bool transpos
                                            bool transpose_b = false);
 
 // ---- definitions ---------------------------------------------------------------------------
-
-namespace detail {
-
-/// C[m, n] = op(A) op(B) into existing memory; C must not overlap A or B.
-template <class T>
-void matmul_into(const T* a, Index a_rows, Index a_cols, bool transpose_a, const T* b, Index b_rows,
-                 Index b_cols, bool transpose_b, T* c) {
-    const MatrixMap<const T> A(a, a_rows, a_cols);
-    const MatrixMap<const T> B(b, b_rows, b_cols);
-    MatrixMap<T> C(c, transpose_a ? a_cols : a_rows, transpose_b ? b_rows : b_cols);
-    // The library's one GEMM reads A^T and B^T in place: no transposed copy.
-    ops::gemm<T>(T(1), A, transpose_a ? ops::Op::transpose : ops::Op::none, B,
-                 transpose_b ? ops::Op::transpose : ops::Op::none, T(0), C);
-}
-
-/// "[m, k]" or "[k, m]" with the known extents written in.
-inline std::string matrix_pattern(const std::string& batch, const std::string& rows,
-                                  const std::string& cols, bool transposed) {
-    return "[" + batch + (transposed ? cols + ", " + rows : rows + ", " + cols) + "]";
-}
-
-}  // namespace detail
 
 template <class X, class Y, detail::require_tensors<X, Y>>
 Tensor<detail::scalar_t<X>> matmul(const X& a, const Y& b, bool transpose_a, bool transpose_b) {

@@ -11,6 +11,7 @@
 #include "../config.hpp"
 #include "../detail/axis.hpp"
 #include "../detail/tensor_like.hpp"
+#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -30,67 +31,6 @@ template <class X, detail::require_tensors<X> = 0>
 Tensor<detail::scalar_t<X>> transpose(const X& x, int axis0 = -2, int axis1 = -1);
 
 // ---- definitions ---------------------------------------------------------------------------
-
-namespace detail {
-
-inline std::string axes_string(const std::vector<int>& axes) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-        if (i) s += ", ";
-        s += std::to_string(axes[i]);
-    }
-    return s + "]";
-}
-
-/// Writes the permuted copy of `in` (shape `shape`) to `out`, which must not overlap it.
-/// `axes` is already normalised to [0, rank) and checked to be a permutation.
-template <class T>
-void permute_into(const T* in, const Shape& shape, const int* axes, T* out) {
-    const int rank = shape.rank();
-    const Index numel = shape.numel();
-    if (numel == 0) return;
-    if (rank == 0) {
-        out[0] = in[0];
-        return;
-    }
-    // Row-major strides of the input, then the input stride of each output axis.
-    Index in_stride[Shape::kMaxRank];
-    Index stride = 1;
-    for (int a = rank - 1; a >= 0; --a) {
-        in_stride[a] = stride;
-        stride *= shape[a];
-    }
-    Index out_shape[Shape::kMaxRank];
-    Index src_stride[Shape::kMaxRank];
-    for (int i = 0; i < rank; ++i) {
-        out_shape[i] = shape[axes[i]];
-        src_stride[i] = in_stride[axes[i]];
-    }
-    // Walk the output in order, one row of its last axis at a time, keeping the matching input
-    // offset with an odometer over the leading output axes (no division per element). When the
-    // last axis stays last, as in [B, L, H, D] <-> [B, H, L, D], each row is one contiguous copy.
-    const Index inner = out_shape[rank - 1];
-    const Index inner_stride = src_stride[rank - 1];
-    const Index rows = numel / inner;
-    Index counter[Shape::kMaxRank] = {};
-    Index src = 0;
-    for (Index r = 0; r < rows; ++r) {
-        const T* s = in + src;
-        T* d = out + r * inner;
-        if (inner_stride == 1)
-            std::copy_n(s, inner, d);
-        else
-            for (Index j = 0; j < inner; ++j) d[j] = s[j * inner_stride];
-        for (int a = rank - 2; a >= 0; --a) {
-            src += src_stride[a];
-            if (++counter[a] < out_shape[a]) break;
-            src -= src_stride[a] * out_shape[a];
-            counter[a] = 0;
-        }
-    }
-}
-
-}  // namespace detail
 
 template <class X, detail::require_tensors<X>>
 Tensor<detail::scalar_t<X>> permute(const X& x, const std::vector<int>& axes) {
