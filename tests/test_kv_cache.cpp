@@ -358,3 +358,44 @@ TEST_CASE("truncate forgets the last tokens, and decoding resumes from there", "
     put_tokens(out, m.decode(tokens(x, 4, 2), cache), 4);
     HEADWISE_CHECK_CLOSE(out, expected, 1e-12);
 }
+
+TEST_CASE("clear and truncate keep the padding state true to the tokens held", "[kv_cache]") {
+    // has_padding() says whether a held token is padding (decode skips the mask when none is):
+    // forgetting the padded tokens must clear it, keeping one must not.
+    const Index B = 2, E = 8;
+    std::mt19937_64 rng(13);
+    const auto x = Tensor<double>::randn(Shape{B, 4, E}, rng);
+    MultiheadAttention<double> m = make_module<double>(DecodeConfig{}, E, Projection::fused);
+    KVCache<double> cache = m.make_kv_cache(B, 4);
+    Tensor<bool> padding(Shape{B, 2});
+    padding(1, 1) = true;  // sequence 1's second token
+    (void)m.decode(tokens(x, 0, 2), cache, padding);
+    CHECK(cache.has_padding());
+    cache.truncate(1);  // the padded token is gone
+    CHECK_FALSE(cache.has_padding());
+    (void)m.decode(tokens(x, 1, 2), cache, padding);  // held: 3 tokens, the last one padded
+    cache.truncate(3);
+    CHECK(cache.has_padding());
+    cache.clear();
+    CHECK_FALSE(cache.has_padding());
+    CHECK(cache.size() == 0);
+}
+
+TEST_CASE("KVCache::append checks its room and padding before it writes", "[kv_cache][errors]") {
+    KVCache<double> cache(1, 2, 4, 1, 4);  // batch 1, capacity 2, one head of 4 features
+    const RowMatrix<double> k = RowMatrix<double>::Constant(3, 4, 1.0);
+    const auto block = [&](Index, Index) { return k.topRows(3); };
+    CHECK_THROWS_WITH(cache.append(3, block, block),
+                      "headwise::KVCache::append: tokens: must fit the cache, which holds 0 of "
+                      "capacity 2, got 3");
+    const Tensor<bool> padding(Shape{1, 3});
+    const auto two = [&](Index, Index) { return k.topRows(2); };
+    CHECK_THROWS_AS(cache.append(2, two, two, padding), shape_error);
+    CHECK(cache.size() == 0);
+    cache.append(2, two, two);
+    CHECK(cache.size() == 2);
+    CHECK(cache.key_block(0, 0).sum() == 8.0);
+    CHECK(cache.key_padding(0) == nullptr);
+    CHECK_THROWS_WITH(KVCache<double>(1, 0, 4, 1, 4),
+                      "headwise::KVCache::KVCache: capacity: must be positive, got 0");
+}

@@ -211,30 +211,31 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     constexpr const char* fn = "headwise::MultiheadAttention::MultiheadAttention";
     detail::check_options<T>(fn, options);
     layout_ = detail::make_in_proj_layout<T>(fn, options);
-    const detail::InProjLayout& w = layout_;
-    w_in_ = Tensor<T>(Shape{w.weight_size()});
+    const detail::InProjLayout& layout = layout_;
+    w_in_ = Tensor<T>(Shape{layout.weight_size()});
     gw_in_ = Tensor<T>(w_in_.shape());
-    if (w.packed()) {
+    if (layout.packed()) {
         // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([E + 2 Hkv D, E]).
-        xavier_uniform_(w_in_.view().reshape(Shape{w.packed_rows(), w.E}), rng_);
+        xavier_uniform_(w_in_.view().reshape(Shape{layout.packed_rows(), layout.E}), rng_);
     } else {
         // torch: xavier_uniform_ on q_proj_weight, k_proj_weight, v_proj_weight in turn.
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
-            xavier_uniform_(view(w_in_.data() + w.weight_offset(i), w.weight_shape(i)), rng_);
+            xavier_uniform_(view(w_in_.data() + layout.weight_offset(i), layout.weight_shape(i)),
+                            rng_);
     }
-    w_out_ = Tensor<T>(Shape{w.E, w.E});
+    w_out_ = Tensor<T>(Shape{layout.E, layout.E});
     gw_out_ = Tensor<T>(w_out_.shape());
     kaiming_uniform_(w_out_.view(), std::sqrt(5.0), rng_);
     if (options.bias) {  // torch: constant_(in_proj_bias, 0), constant_(out_proj.bias, 0)
-        b_in_ = Tensor<T>(Shape{w.bias_size()});
+        b_in_ = Tensor<T>(Shape{layout.bias_size()});
         gb_in_ = Tensor<T>(b_in_.shape());
-        b_out_ = Tensor<T>(Shape{w.E});
+        b_out_ = Tensor<T>(Shape{layout.E});
         gb_out_ = Tensor<T>(b_out_.shape());
     }
     if (options.add_bias_kv) {
         // torch: xavier_normal_ on [1, 1, E]: std = sqrt(2 / (E + E)). With Hkv key/value heads
         // they are [1, 1, Hkv D], one slice per key/value head, and std = sqrt(1 / (Hkv D)).
-        const Index kv = w.rows(detail::kKey);
+        const Index kv = layout.rows(detail::kKey);
         bias_k_ = Tensor<T>(Shape{1, 1, kv});
         bias_v_ = Tensor<T>(Shape{1, 1, kv});
         const double sigma = std::sqrt(1.0 / static_cast<double>(kv));
@@ -249,8 +250,9 @@ template <class T>
 detail::AttentionCall<T> MultiheadAttention<T>::check_forward(
     TensorView<const T> query, TensorView<const T> key, TensorView<const T> value,
     const AttentionMasks<T>& masks) const {
-    const detail::CallSizes n = detail::check_forward_arguments(layout_, query, key, value, masks);
-    return detail::describe_call<T>(options_, n.B, n.L, n.S, masks.need_weights,
+    const detail::CallSizes sizes =
+        detail::check_forward_arguments(layout_, query, key, value, masks);
+    return detail::describe_call<T>(options_, sizes.B, sizes.L, sizes.S, masks.need_weights,
                                     detail::CallKind::forward);
 }
 
@@ -388,15 +390,15 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
 template <class T>
 template <class Self, class Visit>
 void MultiheadAttention<T>::visit_parameters(Self& m, Visit&& visit) {
-    const detail::InProjLayout& w = m.layout_;
-    if (w.packed()) {
-        const Shape packed{w.packed_rows(), w.E};
+    const detail::InProjLayout& layout = m.layout_;
+    if (layout.packed()) {
+        const Shape packed{layout.packed_rows(), layout.E};
         visit("in_proj_weight", m.w_in_.view().reshape(packed), m.gw_in_.view().reshape(packed));
     } else {
         const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
-            visit(names[i], view(m.w_in_.data() + w.weight_offset(i), w.weight_shape(i)),
-                  view(m.gw_in_.data() + w.weight_offset(i), w.weight_shape(i)));
+            visit(names[i], view(m.w_in_.data() + layout.weight_offset(i), layout.weight_shape(i)),
+                  view(m.gw_in_.data() + layout.weight_offset(i), layout.weight_shape(i)));
     }
     if (m.options_.bias) visit("in_proj_bias", m.b_in_.view(), m.gb_in_.view());
     if (m.options_.add_bias_kv) {
@@ -428,15 +430,15 @@ KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity) con
     if (batch <= 0) throw_invalid_argument(fn, "batch", "must be positive", std::to_string(batch));
     if (capacity <= 0)
         throw_invalid_argument(fn, "capacity", "must be positive", std::to_string(capacity));
-    const detail::InProjLayout& w = layout_;
-    if (w.kdim != w.E || w.vdim != w.E)
+    const detail::InProjLayout& layout = layout_;
+    if (layout.kdim != layout.E || layout.vdim != layout.E)
         throw std::invalid_argument(
             std::string(fn) +
             ": options.kdim, options.vdim: decode is self-attention and needs kdim == vdim == "
             "embed_dim = " +
-            std::to_string(w.E) + ", got kdim " + std::to_string(w.kdim) + ", vdim " +
-            std::to_string(w.vdim));
-    return KVCache<T>(batch, capacity, w.E, w.kv_heads, w.D);
+            std::to_string(layout.E) + ", got kdim " + std::to_string(layout.kdim) + ", vdim " +
+            std::to_string(layout.vdim));
+    return KVCache<T>(batch, capacity, layout.E, layout.kv_heads, layout.D);
 }
 
 template <class T>
