@@ -78,7 +78,7 @@ TEMPLATE_TEST_CASE("BertModel::from_pretrained reproduces transformers' last_hid
         CHECK(std::abs(static_cast<double>(one.data()[i]) - expected.data()[i]) <= tolerance);
 }
 
-TEST_CASE("BertModel: Hugging Face names; query, key and value are in_proj_weight's row blocks",
+TEST_CASE("BertModel: Hugging Face names, and query, key, value as in_proj_weight's row blocks",
           "[models][bert]") {
     BertModel<double> model = BertModel<double>::from_pretrained(kTiny);
     auto file = headwise::io::load_safetensors<double>(kTiny + "/model.safetensors");
