@@ -84,11 +84,10 @@ double held_out_accuracy(SortModel& model, const Batch& held_out, hd::DataParall
     const Index N = held_out.seq.shape()[0];
     std::vector<Index> mine;
     for (Index n = dp.rank(); n < N; n += dp.size()) mine.push_back(n);
-    const double local = mine.empty() ? 0.0
-                                      : sort_model::sequence_accuracy(model, rows_of(held_out, mine));
-    const std::vector<double> sums = dp.communicator().sum(
-        std::vector<double>{local * static_cast<double>(mine.size()),
-                            static_cast<double>(mine.size())});
+    const double local =
+        mine.empty() ? 0.0 : sort_model::sequence_accuracy(model, rows_of(held_out, mine));
+    const std::vector<double> sums = dp.communicator().sum(std::vector<double>{
+        local * static_cast<double>(mine.size()), static_cast<double>(mine.size())});
     return sums[0] / sums[1];
 }
 
@@ -152,12 +151,13 @@ int train(hd::Communicator& world, const Options& o) {
     };
 
     if (root)
-        std::printf("sorting %d digits: 2 encoder layers (d_model 64, 4 heads), AdamW, batch %d "
-                    "on %d ranks (%d each), %zu gradient bucket(s) of %lld parameters\n",
-                    static_cast<int>(kLength), static_cast<int>(G), world.size(),
-                    static_cast<int>(G / world.size()), dp.bucket_count(),
-                    static_cast<long long>(model.parameter_count()));
-    double train_seconds = 0.0, accuracy = 0.0, first_loss = 0.0, loss = 0.0;
+        std::printf(
+            "sorting %d digits: 2 encoder layers (d_model 64, 4 heads), AdamW, batch %d "
+            "on %d ranks (%d each), %zu gradient bucket(s) of %lld parameters\n",
+            static_cast<int>(kLength), static_cast<int>(G), world.size(),
+            static_cast<int>(G / world.size()), dp.bucket_count(),
+            static_cast<long long>(model.parameter_count()));
+    double train_seconds = 0.0, wait_seconds = 0.0, accuracy = 0.0, first_loss = 0.0, loss = 0.0;
     bool finite = true;
     int step = first;
     for (; step <= stop_after; ++step) {
@@ -174,6 +174,14 @@ int train(hd::Communicator& world, const Options& o) {
         const SortModel::Forward f = model.forward(mine.seq);
         const headwise::LossResult<T> l = headwise::cross_entropy<T>(f.logits, mine.target);
         model.backward(mine.seq, f, l.grad);
+        if (o.timing) {
+            // How long this rank waits for the slowest one: what the all-reduce would count as
+            // its own time otherwise.
+            const auto before = std::chrono::steady_clock::now();
+            world.barrier();
+            wait_seconds +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+        }
         dp.average_gradients();  // the global batch's gradient, on every rank
         headwise::clip_grad_norm(opt.parameters(), 1.0);
         opt.step();
@@ -189,8 +197,8 @@ int train(hd::Communicator& world, const Options& o) {
         if ((!o.timing && step % every == 0) || last) {
             accuracy = held_out_accuracy(model, held_out, dp);
             if (root)
-                std::printf("step %5d  loss %.4f  held-out sequence accuracy %.4f  %.1f s\n",
-                            step, loss, accuracy, train_seconds);
+                std::printf("step %5d  loss %.4f  held-out sequence accuracy %.4f  %.1f s\n", step,
+                            loss, accuracy, train_seconds);
             if (!o.timing && step % every == 0 && accuracy >= 0.99) {
                 if (!o.checkpoint.empty() && !last) save(step);
                 break;
@@ -200,20 +208,21 @@ int train(hd::Communicator& world, const Options& o) {
     const int done = std::min(step, stop_after) - first + 1;
     const bool identical = dp.identical();
 
-    // Timing: the slowest rank's (the job runs at its pace); the all-reduce time includes the
-    // wait for the other ranks to reach it.
-    std::vector<double> t{train_seconds, dp.stats().seconds};
+    // Timing: the slowest rank's (the job runs at its pace). Without --timing the all-reduce
+    // time includes the wait for the other ranks to reach it; with it, the wait is apart.
+    std::vector<double> t{train_seconds, dp.stats().seconds, wait_seconds};
     world.max(t.data(), t.size());
     if (root) {
         const double per_step = t[0] / done;
-        std::printf("ranks %d  global batch %d  steps %d  %.3f ms/step  %.0f samples/s  "
-                    "all-reduce %.1f%% (%.3f ms/step)  all-reduce calls/step %.2f "
-                    "(gradients %.2f)\n",
-                    world.size(), static_cast<int>(G), done, 1e3 * per_step,
-                    static_cast<double>(G) / per_step, 100.0 * t[1] / t[0], 1e3 * t[1] / done,
-                    static_cast<double>(dp.stats().gradient_calls + dp.stats().scalar_calls) /
-                        done,
-                    static_cast<double>(dp.stats().gradient_calls) / done);
+        std::printf(
+            "ranks %d  global batch %d  steps %d  %.3f ms/step  %.0f samples/s  "
+            "all-reduce %.1f%% (%.3f ms/step)  waiting for ranks %.1f%%  "
+            "all-reduce calls/step %.2f (gradients %.2f)\n",
+            world.size(), static_cast<int>(G), done, 1e3 * per_step,
+            static_cast<double>(G) / per_step, 100.0 * t[1] / t[0], 1e3 * t[1] / done,
+            100.0 * t[2] / t[0],
+            static_cast<double>(dp.stats().gradient_calls + dp.stats().scalar_calls) / done,
+            static_cast<double>(dp.stats().gradient_calls) / done);
     }
     const bool learnt = full ? accuracy >= 0.99 : loss < first_loss || done == 1;
     const bool ok = finite && identical && learnt;
