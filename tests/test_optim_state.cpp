@@ -221,8 +221,9 @@ TEST_CASE("state dict names and layout follow torch's", "[optim][state_dict]") {
         CHECK(sd.at("param_groups.0.params").shape() == Shape{static_cast<Index>(params.size())});
         Generator data(3);
         train(net, opt, data, 2);
-        CHECK(opt.state_dict().at("state." + std::to_string(params.size() - 1) + ".step").data()[0] ==
-              2.0f);
+        CHECK(
+            opt.state_dict().at("state." + std::to_string(params.size() - 1) + ".step").data()[0] ==
+            2.0f);
     }
     SECTION("SGD: momentum buffers from the first step on") {
         SGDOptions o;

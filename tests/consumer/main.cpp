@@ -56,7 +56,8 @@ int main() {
     const auto fwd = mha.forward(q, q, q);
     const auto grads = mha.backward(fwd, fwd.output);
     std::cout << "MultiheadAttention<float>: output " << fwd.output.shape() << ", grad "
-              << grads.query.shape() << (HEADWISE_CONSUMER_COMPILED ? " (headwise::compiled)\n" : "\n");
+              << grads.query.shape()
+              << (HEADWISE_CONSUMER_COMPILED ? " (headwise::compiled)\n" : "\n");
     if (grads.query.numel() != q.numel()) return 1;
 #if defined(HEADWISE_EXPECT_COMPILED) && !HEADWISE_CONSUMER_COMPILED
     std::cerr << "expected to be built against headwise::compiled (HEADWISE_COMPILED)\n";

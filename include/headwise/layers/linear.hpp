@@ -124,8 +124,8 @@ private:
     Index in_features_;
     Index out_features_;
     bool has_bias_;
-    Tensor<T> weight_;       // [out, in]
-    Tensor<T> bias_;         // [out], or [0] without bias
+    Tensor<T> weight_;  // [out, in]
+    Tensor<T> bias_;    // [out], or [0] without bias
     // Mutable: a layer constructed uninitialized allocates them on first use, which may be a
     // const call (parameters() const, grad_dict()).
     mutable Tensor<T> grad_weight_;  // [out, in], or [0, 0] until allocated

@@ -68,15 +68,15 @@ public:
     /// Views of every parameter and its gradient, under state_dict() names.
     std::vector<Parameter<T>> parameters() {
         std::vector<Parameter<T>> out;
-        Derived::visit_parameters(derived(),
-                                  [&](const std::string& name, TensorView<T> value,
-                                      TensorView<T> grad) { out.push_back({name, value, grad}); });
+        Derived::visit_parameters(
+            derived(), [&](const std::string& name, TensorView<T> value, TensorView<T> grad) {
+                out.push_back({name, value, grad});
+            });
         return out;
     }
     std::vector<Parameter<const T>> parameters() const {
         std::vector<Parameter<const T>> out;
-        Derived::visit_parameters(derived(), [&](const std::string& name,
-                                                 TensorView<const T> value,
+        Derived::visit_parameters(derived(), [&](const std::string& name, TensorView<const T> value,
                                                  TensorView<const T> grad) {
             out.push_back({name, value, grad});
         });
@@ -127,11 +127,11 @@ public:
 
     /// Where the random streams of this module and its children stand (dropout: each Dropout's
     /// seed and count of masks drawn, each MultiheadAttention's generator), as integers in a
-    /// fixed order (this module's, then its children's in visit_children order). Not part of state_dict(), so
-    /// that state dicts keep torch's names. A module that loads this from a module of the same
-    /// architecture (its weights too, with load_state_dict) draws the masks the other one would
-    /// have drawn next: training continues exactly. Generator words are valid with the standard
-    /// library that wrote them (see generator_state).
+    /// fixed order (this module's, then its children's in visit_children order). Not part of
+    /// state_dict(), so that state dicts keep torch's names. A module that loads this from a module
+    /// of the same architecture (its weights too, with load_state_dict) draws the masks the other
+    /// one would have drawn next: training continues exactly. Generator words are valid with the
+    /// standard library that wrote them (see generator_state).
     std::vector<std::uint64_t> random_state() const {
         std::vector<std::uint64_t> words;
         append_random_state(words);
