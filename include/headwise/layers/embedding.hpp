@@ -112,6 +112,19 @@ inline Shape embedding_shape(Index num_embeddings, Index embedding_dim) {
     return Shape{num_embeddings, embedding_dim};
 }
 
+/// padding_idx checked against num_embeddings and made non-negative, as torch does.
+inline std::optional<Index> embedding_padding_idx(Index num_embeddings,
+                                                  std::optional<Index> padding_idx) {
+    if (!padding_idx) return std::nullopt;
+    const Index p = *padding_idx;
+    if (p < -num_embeddings || p >= num_embeddings)
+        throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
+                               "must be in [-" + std::to_string(num_embeddings) + ", " +
+                                   std::to_string(num_embeddings) + ")",
+                               std::to_string(p));
+    return p < 0 ? p + num_embeddings : p;
+}
+
 /// The output shape [..., E] of indices [...]; throws shape_error naming `fn` when the indices
 /// have the largest rank, so that the output would have one axis too many.
 inline Shape embedding_output_shape(const char* fn, const Shape& indices, Index E) {
@@ -134,15 +147,7 @@ Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional
                         Rng& rng)
     : weight_(detail::embedding_shape(num_embeddings, embedding_dim)),
       grad_weight_(Shape{num_embeddings, embedding_dim}) {
-    if (padding_idx) {
-        const Index p = *padding_idx;
-        if (p < -num_embeddings || p >= num_embeddings)
-            throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
-                                   "must be in [-" + std::to_string(num_embeddings) + ", " +
-                                       std::to_string(num_embeddings) + ")",
-                                   std::to_string(p));
-        padding_idx_ = p < 0 ? p + num_embeddings : p;
-    }
+    padding_idx_ = detail::embedding_padding_idx(num_embeddings, padding_idx);
     for (Index i = 0; i < weight_.numel(); ++i) weight_.data()[i] = static_cast<T>(normal(rng));
     if (padding_idx_)
         std::fill_n(weight_.data() + *padding_idx_ * embedding_dim, embedding_dim, T(0));
@@ -153,15 +158,7 @@ Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional
                         uninitialized_t)
     : weight_(Tensor<T>::uninitialized(detail::embedding_shape(num_embeddings, embedding_dim))),
       grad_weight_(Shape{0, 0}) {
-    if (padding_idx) {
-        const Index p = *padding_idx;
-        if (p < -num_embeddings || p >= num_embeddings)
-            throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
-                                   "must be in [-" + std::to_string(num_embeddings) + ", " +
-                                       std::to_string(num_embeddings) + ")",
-                                   std::to_string(p));
-        padding_idx_ = p < 0 ? p + num_embeddings : p;
-    }
+    padding_idx_ = detail::embedding_padding_idx(num_embeddings, padding_idx);
 }
 
 template <class T>
