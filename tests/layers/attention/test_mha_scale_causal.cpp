@@ -13,6 +13,7 @@
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -20,8 +21,7 @@ using headwise::test::Tol;
 
 namespace {
 
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 /// Rows [first, first + count) of a [B, N, F] tensor, as a new [B, count, F] tensor.
 template <class T>
@@ -40,7 +40,7 @@ TEST_CASE("a chosen scale equals the default scale with the query projection res
           "[mha][scale]") {
     // scale * (X Wq^T + bq) K^T = (1 / sqrt(D)) (X (c Wq)^T + c bq) K^T with c = scale sqrt(D):
     // the same outputs and input gradients; the query rows' parameter gradients differ by c.
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     CAPTURE(to_string(p));
     const Index B = 2, L = 3, S = 4, E = 8, H = 2, D = E / H;
     const double scale = 0.37, c = scale * std::sqrt(static_cast<double>(D));

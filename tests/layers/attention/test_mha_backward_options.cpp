@@ -11,12 +11,14 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
 namespace reference = headwise::test::reference;
 using headwise::test::Tol;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -67,7 +69,7 @@ TEMPLATE_TEST_CASE("backward computes the input gradients asked for and no other
                    "[mha][backward]", float, double) {
     using T = TestType;
     const int config = GENERATE(0, 1, 2, 3);
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     const auto [query, key, value] = GENERATE(table<bool, bool, bool>({{true, false, false},
                                                                        {false, true, false},
                                                                        {false, false, true},
@@ -105,7 +107,7 @@ TEMPLATE_TEST_CASE("the self-attention gradient comes once, the sum of the three
                    "[mha][backward]", float, double) {
     using T = TestType;
     const int config = GENERATE(0, 3);  // the self-attention configurations
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     const test::MhaConfig& c = kConfigs[config];
     CAPTURE(c.str(), to_string(p));
     const test::MhaData<T> d = test::make_data<T>(c);
@@ -156,7 +158,7 @@ TEMPLATE_TEST_CASE("training inputs referenced instead of copied give the same r
                    "[mha][backward]", float, double) {
     using T = TestType;
     const int config = GENERATE(0, 1, 2, 3);
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     const test::MhaConfig& c = kConfigs[config];
     CAPTURE(c.str(), to_string(p));
     const test::MhaData<T> d = test::make_data<T>(c);

@@ -18,6 +18,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/projections.hpp"
 
 using headwise::Index;
 using headwise::Projection;
@@ -25,6 +26,7 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::models::BertConfig;
 using headwise::models::BertModel;
+using headwise::test::kProjections;
 using headwise::test::ScratchDir;
 
 namespace {
@@ -58,8 +60,7 @@ TEMPLATE_TEST_CASE("BertModel::from_pretrained reproduces transformers' last_hid
     const Tensor<std::int64_t> types = load_ids(kTiny + "/token_type_ids.npy");  // [3, 6]
     const Tensor<double> expected =
         headwise::load_npy<double>(kTiny + "/last_hidden_state.npy");  // [3, 6, 8]
-    const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(headwise::to_string(projection));
     BertModel<T> model = BertModel<T>::from_pretrained(kTiny, projection);
     CHECK(!model.is_training());

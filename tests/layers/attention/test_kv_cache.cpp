@@ -19,6 +19,7 @@
 #include "support/allocation_counter.hpp"
 #include "support/catch.hpp"
 #include "support/match.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -26,8 +27,7 @@ using headwise::test::Tol;
 
 namespace {
 
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 struct DecodeConfig {
     Index H = 4, Hkv = 0;

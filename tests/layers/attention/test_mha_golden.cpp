@@ -14,6 +14,7 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using headwise::Index;
@@ -23,6 +24,7 @@ using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::GoldenCase;
 using headwise::test::kGoldenTolerance;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -138,7 +140,7 @@ TEST_CASE("MultiheadAttention<double> reproduces PyTorch 1.13 on every golden ca
           "[mha][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     const auto kernel =
         GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
     CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
@@ -152,7 +154,7 @@ TEST_CASE(
     "[mha][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     const auto kernel =
         GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
     CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
@@ -208,7 +210,7 @@ TEST_CASE("each forward keeps its own state until its backward, and eval mode ag
           "[mha][golden]") {
     const std::string name = GENERATE(as<std::string>{}, "attn_mask_bias_padding", "bias_kv");
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     const GoldenCase c = headwise::test::load_golden_case(name);
     headwise::MultiheadAttention<double> mha(options_of<double>(c, projection), 1);

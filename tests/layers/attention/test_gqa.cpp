@@ -15,6 +15,7 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 
 using namespace headwise;
 using headwise::test::Inputs;
@@ -25,6 +26,7 @@ using headwise::test::with;
 namespace {
 
 using StateDict = std::map<std::string, Tensor<double>>;
+using headwise::test::kProjections;
 
 /// Rows [Hkv D, ...] -> [H D, ...]: each key/value head's D rows once per query head of its
 /// group (head h reads key/value head h / (H / Hkv)).
@@ -161,7 +163,7 @@ TEST_CASE(
         with([](C c) { c.H = 8, c.Hkv = 2, c.batched = false, c.masks = MaskKind::key_padding; }),
     };
     for (const MhaConfig& c : grid)
-        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+        for (Projection p : kProjections) {
             CAPTURE(c.str(), to_string(p));
             check_against_repeated(c, p);
         }
@@ -270,7 +272,7 @@ TEST_CASE(
         with([](C c) { c.H = 8, c.Hkv = 2, c.batched = false, c.masks = MaskKind::key_padding; }),
     };
     for (const MhaConfig& c : grid)
-        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+        for (Projection p : kProjections) {
             CAPTURE(c.str(), to_string(p));
             check_against_repeated(c, p, AttentionKernel::blocked);
         }

@@ -8,12 +8,14 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 
 using namespace headwise;
 using test::count_allocations;
 using test::Inputs;
 using test::MaskKind;
 using test::MhaConfig;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -42,7 +44,7 @@ TEMPLATE_TEST_CASE("an eval forward allocates nothing but its result in steady s
                    "[mha][alloc]", float, double) {
     using T = TestType;
     const MhaConfig c = GENERATE(from_range(std::begin(kConfigs), std::end(kConfigs)));
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     CAPTURE(c.str(), to_string(p));
     const test::MhaData<T> d = test::make_data<T>(c);
     MultiheadAttention<T> m(c.options(p), 3);
@@ -70,7 +72,7 @@ TEMPLATE_TEST_CASE("a training step reuses the saved activations of the step bef
                    "[mha][alloc]", float, double) {
     using T = TestType;
     const MhaConfig c = GENERATE(from_range(std::begin(kConfigs), std::end(kConfigs)));
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     CAPTURE(c.str(), to_string(p));
     const test::MhaData<T> d = test::make_data<T>(c);
     MultiheadAttention<T> m(c.options(p), 3);

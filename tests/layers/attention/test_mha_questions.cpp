@@ -11,6 +11,7 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 
 using namespace headwise;
 using headwise::test::Inputs;
@@ -19,6 +20,7 @@ using headwise::test::MhaConfig;
 namespace {
 
 using Mat = RowMatrix<double>;
+using headwise::test::kProjections;
 
 Mat as_matrix(TensorView<const double> t) { return Mat(t.matrix()); }
 
@@ -168,7 +170,7 @@ TEST_CASE("every projection has the same parameters, and PyTorch's count", "[que
         o.num_heads = 4;
         o.add_bias_kv = bias_kv;
         Index count = -1;
-        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+        for (Projection p : kProjections) {
             CAPTURE(bias_kv, to_string(p));
             o.projection = p;
             MultiheadAttention<double> m(o, 0);

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/projections.hpp"
+
 #include <algorithm>  // std::max, std::min
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::sqrt
@@ -88,7 +90,7 @@ int main() {
                     static_cast<long long>(E));
         return 1;
     }
-    for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+    for (Projection p : headwise::test::kProjections) {
         embedder.model().with_projection(p);
         const auto t1 = std::chrono::steady_clock::now();
         const headwise::Tensor<float> got = embedder.encode(sentences, 32);  // [N, E]

@@ -12,6 +12,7 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using headwise::Index;
@@ -20,6 +21,7 @@ using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::GoldenCase;
 using headwise::test::kGoldenTolerance;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -105,7 +107,7 @@ TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.
           "[gqa][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     check_case<double>(headwise::test::load_golden_case(name, "gqa"), projection,
                        kGoldenTolerance<double>);
@@ -114,7 +116,7 @@ TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.
 TEST_CASE("grouped-query attention reproduces PyTorch 1.13 in float", "[gqa][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection,
                       kGoldenTolerance<float>);

@@ -12,6 +12,7 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 
 using namespace headwise;
 using headwise::test::Inputs;
@@ -19,8 +20,7 @@ using headwise::test::MhaConfig;
 
 namespace {
 
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 /// How many entries of output row (b, i) of a [B, L, E] tensor are NaN, and how many finite.
 struct RowCount {

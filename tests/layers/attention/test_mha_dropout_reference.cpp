@@ -15,6 +15,7 @@
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 #include "support/mha_random.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -26,8 +27,7 @@ using headwise::test::with;
 
 namespace {
 
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 std::vector<MhaConfig> dropout_grid() {
     using C = MhaConfig&;

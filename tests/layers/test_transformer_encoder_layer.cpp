@@ -16,11 +16,13 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
 using namespace headwise;
 using headwise::test::cast;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -78,7 +80,7 @@ TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gr
     const std::string name = GENERATE("post_norm_relu", "pre_norm_relu", "post_norm_gelu_masks",
                                       "pre_norm_gelu_masks", "pre_norm_gelu_unbatched");
     const Projection projection =
-        GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+        GENERATE(from_range(kProjections));
     CAPTURE(name, to_string(projection));
     const EncoderCase c = load_encoder_case(name);
     TransformerEncoderLayerOptions o = options_of(c);

@@ -13,6 +13,7 @@
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 #include "support/mha_random.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -24,8 +25,7 @@ using headwise::test::with;
 
 namespace {
 
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 /// The grid of shapes, masks and options every equivalence test runs over.
 std::vector<MhaConfig> config_grid() {
@@ -222,7 +222,7 @@ TEMPLATE_TEST_CASE("a query row with no visible key gives zeros, never NaN", "[m
                    double) {
     using T = TestType;
     const auto mask_kind = GENERATE(0, 1, 2, 3);  // attn_mask, key padding, -inf bias, 4-D mask
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     const AttentionKernel kernel =
         GENERATE(AttentionKernel::blocked, AttentionKernel::materialised);
     CAPTURE(mask_kind, to_string(p), to_string(kernel));
@@ -314,7 +314,7 @@ TEST_CASE("one module runs several forwards before their backwards", "[mha]") {
     MhaConfig c;
     c.dropout = 0.2;
     const test::MhaData<double> d = test::make_data<double>(c);
-    const Projection p = GENERATE(Projection::fused, Projection::separate, Projection::per_head);
+    const Projection p = GENERATE(from_range(kProjections));
     CAPTURE(to_string(p));
     MultiheadAttention<double> m(c.options(p), 11);
     const auto f1 = m.forward(d.q, d.q, d.q);
@@ -757,7 +757,7 @@ TEST_CASE("inputs sharing memory are told apart by pointer and shape, never by p
     const Tensor<double> X = Tensor<double>::randn(Shape{2, 4, 8}, rng);  // [B, L, E]
     const Tensor<double> K = Tensor<double>::randn(Shape{2 * 8 * 8}, rng);
     for (const Aliasing& a : cases) {
-        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+        for (Projection p : kProjections) {
             CAPTURE(a.what, to_string(p));
             MultiheadAttentionOptions o;
             o.embed_dim = 8;

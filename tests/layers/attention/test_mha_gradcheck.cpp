@@ -9,12 +9,14 @@
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
 #include "support/mha_case.hpp"
+#include "support/projections.hpp"
 
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
 using headwise::test::MhaConfig;
 using headwise::test::with;
+using headwise::test::kProjections;
 
 namespace {
 
@@ -111,7 +113,7 @@ TEST_CASE("MultiheadAttention gradients match finite differences", "[mha][gradch
         }),
     };
     for (const MhaConfig& cfg : grid) {
-        for (Projection p : {Projection::fused, Projection::separate, Projection::per_head}) {
+        for (Projection p : kProjections) {
             CAPTURE(cfg.str(), to_string(p));
             const GradcheckResult r = check_module(cfg, p);
             INFO("worst: " << r.where << " (relative " << r.max_rel_error << ", " << r.checked

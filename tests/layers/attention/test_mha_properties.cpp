@@ -15,6 +15,7 @@
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 #include "support/mha_random.hpp"
+#include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
 using namespace headwise;
@@ -31,8 +32,7 @@ using headwise::test::Tol;
 namespace {
 
 constexpr std::uint64_t kCases = 500;
-constexpr Projection kProjections[] = {Projection::fused, Projection::separate,
-                                       Projection::per_head};
+using headwise::test::kProjections;
 
 /// Tiles of the blocked kernel for the property cases (L, S <= 5): the module's default, which
 /// covers a case in one tile, and tiles of a few rows and keys, so that a case crosses tiles:
