@@ -22,6 +22,7 @@
 
 #include "../config.hpp"
 #include "../detail/atomic_file.hpp"
+#include "../detail/file_kind.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -52,6 +53,8 @@ NpyHeader read_npy_header(const std::string& path);
 /// - Tensor<bool>: from '|b1' (np.bool_) only.
 /// Throws std::runtime_error naming the function, the path and what is wrong: missing file,
 /// malformed header, unsupported or big-endian dtype, Fortran order, truncated or overlong data.
+/// A file of another kind (a safetensors file, a NumPy .npz, a PyTorch checkpoint, a pickle, an
+/// HDF5 file) is named as such, with what to do instead (detail/file_kind.hpp).
 template <class T>
 Tensor<T> load_npy(const std::string& path);
 
@@ -271,8 +274,18 @@ private:
 inline NpyHeader read_header(const char* function, const std::string& path, std::istream& in) {
     unsigned char prefix[kMagicSize + 2];
     if (!in.read(reinterpret_cast<char*>(prefix), sizeof prefix) ||
-        std::memcmp(prefix, kMagic, kMagicSize) != 0)
+        std::memcmp(prefix, kMagic, kMagicSize) != 0) {
+        // A file of another kind (a safetensors file, a PyTorch checkpoint, an .npz, ...) is
+        // named, with what to do instead.
+        std::uint64_t file_size = 0;
+        const std::vector<std::uint8_t> head =
+            ::headwise::detail::read_file_prefix(path, file_size);
+        const std::string foreign = ::headwise::detail::foreign_file_message(
+            ::headwise::detail::file_kind(head.data(), head.size(), file_size),
+            ::headwise::detail::FileKind::npy, path);
+        if (!foreign.empty()) fail(function, path, foreign);
         fail(function, path, "not a .npy file (it does not start with \"\\x93NUMPY\")");
+    }
     NpyHeader header;
     header.major_version = prefix[kMagicSize];
     const int minor = prefix[kMagicSize + 1];

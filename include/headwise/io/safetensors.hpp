@@ -42,6 +42,7 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 
 #include "../config.hpp"
 #include "../detail/atomic_file.hpp"
+#include "../detail/file_kind.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -69,6 +70,12 @@ namespace headwise::io {
 /// and the entry, quoting at most 80 bytes of any value it echoes:
 ///   "headwise::io::load_safetensors: model.safetensors: entry 'linear1.weight': data_offsets
 ///    [0, 60] hold 60 bytes, but F32 [4, 4] needs 64"
+/// A file of another kind is recognised by its first bytes before anything is parsed (a PyTorch
+/// checkpoint, zip or legacy, another pickle, a NumPy .npy or .npz, an HDF5 file) and the
+/// error says what it is and what to do (detail/file_kind.hpp):
+///   "headwise::io::load_safetensors: model.pt: is a PyTorch checkpoint (a torch.save zip
+///    archive holding data.pkl), not a safetensors file; convert it with tools/export_torch.py:
+///    python3 tools/export_torch.py export model.pt model.safetensors"
 template <class T>
 std::map<std::string, Tensor<T>> load_safetensors(const std::string& path);
 
@@ -246,6 +253,12 @@ public:
 
     /// Parses and validates the header; returns the entries sorted by offset and the data start.
     std::vector<Entry> parse(const std::uint8_t* data, std::size_t size, std::size_t& data_start) {
+        // A file of another kind (a PyTorch checkpoint, a .npy, ...) would otherwise be read as
+        // a header length of some 10^17 bytes: it is named, with what to do instead.
+        const std::string foreign = ::headwise::detail::foreign_file_message(
+            ::headwise::detail::file_kind(data, size, size),
+            ::headwise::detail::FileKind::safetensors, file_);
+        if (!foreign.empty()) fail(foreign);
         if (size < 8)
             fail("file of " + std::to_string(size) +
                  " bytes is too short for the 8-byte header length");
