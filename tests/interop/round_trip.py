@@ -9,7 +9,8 @@ with the tool's command line, loaded by the C++ program into TransformerEncoderL
 run on a fixed input (.npy); its output must equal torch's to 1e-12. headwise -> torch: the
 program saves a layer of its own initialisation and its output; the tool imports the file into a
 torch.save file, which load_state_dict(strict=True) takes, and torch's output must equal
-headwise's to 1e-12. Each for post- and pre-norm, relu and gelu. The tool's module functions are
+headwise's to 1e-12. Each for post- and pre-norm, relu and gelu. An nn.MultiheadAttention with
+kdim, vdim and add_bias_kv goes torch -> headwise the same way. The tool's module functions are
 checked too: every dtype kept bit for bit through save_safetensors and load_safetensors, and a
 whole pickled module exported with --trust-pickle.
 
@@ -108,7 +109,7 @@ def layer_case(program, work, case):
     run(sys.executable, TOOL, "export", work / f"{name}.pt", work / f"{name}.safetensors",
         "--quiet", "--metadata", "source=round_trip.py")
     save_npy(work / f"{name}.x.npy", x)
-    run(program, work / f"{name}.safetensors", work / f"{name}.x.npy", work / f"{name}.out.npy",
+    run(program, "encoder", work / f"{name}.safetensors", work / f"{name}.x.npy", work / f"{name}.out.npy",
         work / f"{name}.own.safetensors", work / f"{name}.own_out.npy", d_model, nhead,
         dim_feedforward, activation, norm)
     check_close(f"{name}: torch -> headwise", load_npy(work / f"{name}.out.npy"), expected)
@@ -120,6 +121,28 @@ def layer_case(program, work, case):
     with torch.no_grad():
         got = own(x)
     check_close(f"{name}: headwise -> torch", got, load_npy(work / f"{name}.own_out.npy"))
+
+
+def mha_case(program, work):
+    """nn.MultiheadAttention with kdim, vdim and add_bias_kv: q/k/v_proj_weight, bias_k, bias_v."""
+    torch.manual_seed(3)
+    mha = torch.nn.MultiheadAttention(8, 2, kdim=6, vdim=4, add_bias_kv=True, batch_first=True,
+                                      dtype=torch.float64).eval()
+    with torch.no_grad():  # torch initialises in_proj_bias to zeros; make every parameter count
+        for p in mha.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    q, k, v = (torch.randn(2, length, width, dtype=torch.float64)
+               for length, width in ((4, 8), (5, 6), (5, 4)))
+    with torch.no_grad():
+        expected = mha(q, k, v, need_weights=False)[0]
+    torch.save(mha.state_dict(), work / "mha.pt")
+    run(sys.executable, TOOL, "export", work / "mha.pt", work / "mha_sd.safetensors", "--quiet")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        save_npy(work / f"mha.{name}.npy", t)
+    run(program, "mha", work / "mha_sd.safetensors", work / "mha.q.npy", work / "mha.k.npy",
+        work / "mha.v.npy", work / "mha.out.npy", 8, 2, 6, 4, 1)
+    check_close("mha kdim vdim bias_kv: torch -> headwise", load_npy(work / "mha.out.npy"),
+                expected)
 
 
 def tool_checks(work):
@@ -166,6 +189,7 @@ def main():
     tool_checks(work)
     for case in CASES:
         layer_case(args.program, work, case)
+    mha_case(args.program, work)
     return 0
 
 
