@@ -33,7 +33,11 @@ import struct
 import sys
 import tempfile
 
-import torch
+try:
+    import torch
+except ImportError as _error:
+    raise SystemExit(f"export_torch.py needs PyTorch, which this Python ({sys.executable}) does not "
+                     f"have ({_error}); install it (pip install torch) or run another Python")
 
 __all__ = ["save_safetensors", "load_safetensors", "load_metadata", "export", "import_"]
 
