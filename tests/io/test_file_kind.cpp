@@ -4,6 +4,7 @@
 #include <headwise/io/npy.hpp>
 
 #if __has_include(<nlohmann/json.hpp>)
+#include <headwise/io/checkpoint.hpp>
 #include <headwise/io/safetensors.hpp>
 #define HEADWISE_TEST_SAFETENSORS 1
 #else
@@ -226,6 +227,16 @@ TEST_CASE("load_safetensors names a file of another kind and says what to do", "
     }
     CHECK_THAT(parsed, StartsWith("headwise::io::parse_safetensors: ck.pt: is a PyTorch "
                                   "checkpoint in the legacy format"));
+
+    // Loaders built on load_safetensors say the same: a training checkpoint.
+    std::string checkpoint = "no error";
+    try {
+        headwise::io::load_checkpoint<float>(zip);
+    } catch (const std::runtime_error& e) {
+        checkpoint = e.what();
+    }
+    CHECK_THAT(checkpoint, StartsWith("headwise::io::load_safetensors: " + zip +
+                                      ": is a PyTorch checkpoint (a torch.save zip archive"));
 
     // A real safetensors file whose length field looks like a pickle's start still loads.
     const std::string path = dir.file("long_header.safetensors");
