@@ -40,7 +40,8 @@ Tensor<double> reference_rms_norm(const Tensor<double>& x, const Tensor<double>&
 }
 
 /// dx and dw of sum(y ⊙ dy) for reference_rms_norm, written from the chain rule term by term:
-/// dx.data()[c] = r w.data()[c] dy[c] - r^3 x.data()[c] / C sum_j dy[j] w.data()[j] x.data()[j],  dw.data()[c] = sum_n dy[c] x.data()[c] r.
+/// dx.data()[c] = r w.data()[c] dy[c] - r^3 x.data()[c] / C sum_j dy[j] w.data()[j] x.data()[j],
+/// dw.data()[c] = sum_n dy[c] x.data()[c] r.
 std::pair<Tensor<double>, Tensor<double>> reference_rms_norm_backward(const Tensor<double>& x,
                                                                       const Tensor<double>& w,
                                                                       double eps,
@@ -56,7 +57,8 @@ std::pair<Tensor<double>, Tensor<double>> reference_rms_norm_backward(const Tens
         const double r = 1.0 / std::sqrt(ss / static_cast<double>(C) + eps);
         for (Index c = 0; c < C; ++c) dot += g[c] * wc(c) * xr[c];
         for (Index c = 0; c < C; ++c) {
-            dx.data()[n * C + c] = r * wc(c) * g[c] - r * r * r * xr[c] * dot / static_cast<double>(C);
+            dx.data()[n * C + c] =
+                r * wc(c) * g[c] - r * r * r * xr[c] * dot / static_cast<double>(C);
             dw.data()[c] += g[c] * xr[c] * r;
         }
     }
@@ -131,7 +133,7 @@ TEMPLATE_TEST_CASE("RMSNorm matches plain double loops for every shape, with and
     const Tensor<double> x = Tensor<double>::randn(shape, rng);
     const Tensor<double> dy = Tensor<double>::randn(shape, rng);
     Tensor<double> w = affine ? Tensor<double>::uniform(Shape{C}, 0.5, 1.5, rng)
-                               : Tensor<double>(Shape{0});  // none
+                              : Tensor<double>(Shape{0});  // none
     // The module computes in T from inputs rounded to T; the reference takes the same values.
     const Tensor<T> xt = cast<T>(x), dyt = cast<T>(dy);
     const Tensor<double> xr = to_double(xt), dyr = to_double(dyt);
@@ -198,13 +200,13 @@ TEST_CASE("RMSNorm without weight passes gradcheck for the input", "[rms_norm][g
     Generator rng(12);
     const Tensor<double> x = Tensor<double>::randn(Shape{4, 6}, rng);
     const RMSNorm<double> norm(6, 1e-6, /*elementwise_affine=*/false);
-    const GradcheckResult r = gradcheck(
-        [&](const std::vector<Tensor<double>>& in) { return norm.forward(in[0]); },
-        [&](const std::vector<Tensor<double>>& in, const Tensor<double>& dy) {
-            RMSNorm<double> m(6, 1e-6, false);
-            return std::vector<Tensor<double>>{m.backward(in[0], dy)};
-        },
-        {x}, rng, {1e-5, 1e-7});
+    const GradcheckResult r =
+        gradcheck([&](const std::vector<Tensor<double>>& in) { return norm.forward(in[0]); },
+                  [&](const std::vector<Tensor<double>>& in, const Tensor<double>& dy) {
+                      RMSNorm<double> m(6, 1e-6, false);
+                      return std::vector<Tensor<double>>{m.backward(in[0], dy)};
+                  },
+                  {x}, rng, {1e-5, 1e-7});
     INFO(r.where);
     CHECK(r.ok);
     CHECK(r.checked == 24);
@@ -330,8 +332,7 @@ TEST_CASE("RMSNorm errors name the function, the argument and the shapes", "[rms
                                  "got [2, 5]"));
     Tensor<float> dx(Shape{2, 3});
     CHECK_THROWS_MATCHES(
-        norm.backward_into(Tensor<float>(Shape{2, 4}), Tensor<float>(Shape{2, 4}), dx),
-        shape_error,
+        norm.backward_into(Tensor<float>(Shape{2, 4}), Tensor<float>(Shape{2, 4}), dx), shape_error,
         Message("headwise::RMSNorm::backward_into: grad_input: expected shape [2, 4], got [2, 3]"));
     CHECK(norm.grad_dict().at("weight").data()[0] == 0.0f);  // nothing written by a failed call
     CHECK_THROWS_MATCHES(RMSNorm<float>(0), std::invalid_argument,

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Elementwise activations ReLU and GELU (exact erf form or tanh approximation), forward and
-// backward.
+// Elementwise activations ReLU, GELU (exact erf form or tanh approximation) and SiLU, forward
+// and backward.
 // ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
 // call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
 
-#include <cmath>  // std::erf, std::exp, std::tanh, std::sqrt
+#include <cmath>  // std::abs, std::erf, std::exp, std::tanh, std::sqrt
 
 #include "../config.hpp"
 
@@ -14,6 +14,31 @@ inline constexpr double kSqrtHalf = 0.70710678118654752440;       // 1 / √2
 inline constexpr double kInvSqrtTwoPi = 0.39894228040143267794;   // 1 / √(2π)
 inline constexpr double kSqrtTwoOverPi = 0.79788456080286535588;  // √(2/π)
 inline constexpr double kGeluTanhCubic = 0.044715;
+
+/// The logistic sigmoid σ(v) = 1 / (1 + e^-v), from e^-|v| (in [0, 1], so nothing overflows):
+/// 1 / (1 + e^-v) for v >= 0 and e^v / (1 + e^v) for v < 0, each accurate to rounding, so that
+/// σ(-40) is 4.2e-18 and not 1 - 1 = 0. σ(±inf) = 1 and 0; NaN stays NaN.
+inline double sigmoid(double v) noexcept {
+    const double e = std::exp(-std::abs(v));  // [0, 1]
+    return v >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+/// SiLU(v) = v σ(v). Where σ(v) underflows to 0 (v below about -745, -inf included) the limit
+/// v e^v -> 0 is returned, not the product -inf · 0 = NaN; SiLU(+inf) = +inf.
+inline double silu(double v) noexcept {
+    const double s = sigmoid(v);
+    return s == 0.0 ? 0.0 : v * s;
+}
+
+/// SiLU'(v) = σ(v) + v σ(v) σ(-v), with σ(v) σ(-v) = e^-|v| / (1 + e^-|v|)^2 (no 1 - σ
+/// cancellation). Where e^-|v| underflows to 0 (|v| beyond about 745, ±inf included) the
+/// second term's limit 0 is used instead of ±inf · 0: SiLU' -> 1 at +inf, 0 at -inf.
+inline double silu_derivative(double v) noexcept {
+    const double e = std::exp(-std::abs(v));  // [0, 1]
+    const double s = v >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+    const double s_s = e / ((1.0 + e) * (1.0 + e));  // σ(v) σ(-v)
+    return s_s == 0.0 ? s : s + v * s_s;
+}
 }  // namespace headwise::detail
 
 namespace headwise::ops {
@@ -44,6 +69,24 @@ void gelu_forward(const T* x, Index n, GeluApproximation approximate, T* y);
 /// derivative of the tanh formula for the approximation.
 template <class T>
 void gelu_backward(const T* x, const T* dy, Index n, GeluApproximation approximate, T* dx);
+
+/// SiLU(x) = x σ(x) (the swish of Ramachandran et al. 2017 with β = 1; torch.nn.SiLU), evaluated
+/// in double with a sigmoid that neither overflows nor loses its small values (detail::sigmoid):
+/// finite for every finite x, and the limits at ±inf (+inf and 0). y may alias x.
+template <class T>
+void silu_forward(const T* x, Index n, T* y) {
+    for (Index i = 0; i < n; ++i)
+        y[i] = static_cast<T>(headwise::detail::silu(static_cast<double>(x[i])));
+}
+
+/// dx[i] += dy[i] SiLU'(x[i]), SiLU'(x) = σ(x) (1 + x (1 - σ(x))); finite for every finite x,
+/// and the limits 1 and 0 at ±inf.
+template <class T>
+void silu_backward(const T* x, const T* dy, Index n, T* dx) {
+    for (Index i = 0; i < n; ++i)
+        dx[i] += static_cast<T>(static_cast<double>(dy[i]) *
+                                headwise::detail::silu_derivative(static_cast<double>(x[i])));
+}
 
 // ---- definitions ----------------------------------------------------------------------------
 
