@@ -76,8 +76,7 @@ struct Problem {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("k micro-batches with the loss scaled by 1/k give the full batch's gradient "
-                   "and step",
+TEMPLATE_TEST_CASE("k micro-batches, each loss scaled by 1/k, give the full batch's step",
                    "[optim][accumulation]", float, double) {
     using T = TestType;
     const Index k = GENERATE(1, 2, 3, 4, 6);

@@ -70,9 +70,9 @@ SGDOptions sgd_options(double lr) {
 TEMPLATE_TEST_CASE("every schedule gives torch 1.13's learning rates over 30 steps",
                    "[optim][lr_scheduler][golden]", float, double) {
     using T = TestType;
-    const std::string name = GENERATE("constant", "linear", "linear_decay", "cosine",
-                                      "cosine_zero", "step", "multistep", "lambda",
-                                      "warmup_cosine", "warmup_linear", "three_phases");
+    const std::string name =
+        GENERATE("constant", "linear", "linear_decay", "cosine", "cosine_zero", "step", "multistep",
+                 "lambda", "warmup_cosine", "warmup_linear", "three_phases");
     CAPTURE(name);
     const Tensor<double> want = golden_rates(name + ".npy");  // [kSteps + 1], torch's step()
     REQUIRE(want.numel() == kSteps + 1);
@@ -98,8 +98,8 @@ TEMPLATE_TEST_CASE("every schedule gives torch 1.13's learning rates over 30 ste
     }
 }
 
-TEMPLATE_TEST_CASE("SGD, Adam and AdamW step with the scheduled rate",
-                   "[optim][lr_scheduler]", float, double) {
+TEMPLATE_TEST_CASE("SGD, Adam and AdamW step with the scheduled rate", "[optim][lr_scheduler]",
+                   float, double) {
     using T = TestType;
     OneParameter<T> p, q, r;
     SGD<T> sgd(p.views(), sgd_options<T>(0.5));
@@ -208,9 +208,9 @@ TEST_CASE("schedules reject torch's invalid arguments with the argument and the 
                          std::invalid_argument,
                          Message("headwise::SequentialLR: milestones: must have one entry fewer "
                                  "than schedules (2 schedules), got 0 entries"));
-    CHECK_THROWS_MATCHES(SequentialLR({LinearLR(), CosineAnnealingLR(5)}, {0}),
-                         std::invalid_argument,
-                         Message("headwise::SequentialLR: milestones[0]: must be at least 1, got 0"));
+    CHECK_THROWS_MATCHES(
+        SequentialLR({LinearLR(), CosineAnnealingLR(5)}, {0}), std::invalid_argument,
+        Message("headwise::SequentialLR: milestones[0]: must be at least 1, got 0"));
     CHECK_THROWS_MATCHES(
         SequentialLR({LinearLR(), StepLR(2), CosineAnnealingLR(5)}, {5, 5}), std::invalid_argument,
         Message("headwise::SequentialLR: milestones[1]: must be greater than milestones[0] = 5, "
@@ -255,11 +255,11 @@ TEST_CASE("load_state_dict is strict and checks the dict against the schedule",
     const std::string fn = "headwise::LRScheduler::load_state_dict: ";
 
     StateDict<double> sd = other.state_dict();
-    CHECK_THROWS_MATCHES(sched.load_state_dict(sd), std::invalid_argument,
-                         Message(fn +
-                                 "_last_lr: must be headwise::StepLR's learning rate at last_epoch "
-                                 "9 from base_lrs 0.1, 0.025 (a state dict of another schedule?), "
-                                 "got 0.0125"));
+    CHECK_THROWS_MATCHES(
+        sched.load_state_dict(sd), std::invalid_argument,
+        Message(fn + "_last_lr: must be headwise::StepLR's learning rate at last_epoch "
+                     "9 from base_lrs 0.1, 0.025 (a state dict of another schedule?), "
+                     "got 0.0125"));
     sd.erase("_last_lr");
     CHECK_THROWS_MATCHES(sched.load_state_dict(sd), std::invalid_argument,
                          Message(fn + "_last_lr: missing from the state dict, expected shape [1]"));

@@ -160,11 +160,10 @@ void LRScheduler<Optimizer>::step() {
 template <class Optimizer>
 StateDict<typename LRScheduler<Optimizer>::value_type> LRScheduler<Optimizer>::state_dict() const {
     if (last_epoch_ > kMaxEpoch)
-        throw std::overflow_error("headwise::LRScheduler::state_dict: last_epoch: " +
-                                  std::to_string(last_epoch_) +
-                                  " is past the largest epoch " +
-                                  (std::is_same_v<T, float> ? "float" : "double") +
-                                  " holds exactly, " + std::to_string(kMaxEpoch));
+        throw std::overflow_error(
+            "headwise::LRScheduler::state_dict: last_epoch: " + std::to_string(last_epoch_) +
+            " is past the largest epoch " + (std::is_same_v<T, float> ? "float" : "double") +
+            " holds exactly, " + std::to_string(kMaxEpoch));
     StateDict<T> sd;
     sd.emplace("last_epoch", detail::scalar_tensor<T>(static_cast<double>(last_epoch_)));
     sd.emplace("base_lrs", Tensor<T>(Shape{1}, {static_cast<T>(base_lr_)}));

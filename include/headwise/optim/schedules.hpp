@@ -117,7 +117,9 @@ private:
 /// same factor for the same epoch), so that a resumed run gets the same rates; LRScheduler
 /// rejects a factor that gives a negative or non-finite learning rate. E.g. the linear warm-up
 /// from 0 and linear decay of many transformer recipes, W warm-up steps of N:
-///   LambdaLR([=](Index s) { return s < W ? double(s) / W : std::max(0.0, double(N - s) / (N - W)); })
+///   LambdaLR([=](Index s) {
+///       return s < W ? double(s) / W : std::max(0.0, double(N - s) / double(N - W));
+///   })
 class LambdaLR {
 public:
     static constexpr const char* kName = "headwise::LambdaLR";
@@ -134,10 +136,10 @@ namespace detail {
 template <class S, class = void>
 struct is_schedule : std::false_type {};
 template <class S>
-struct is_schedule<S, std::enable_if_t<std::is_convertible_v<
-                          decltype(std::declval<const S&>().lr(0.0, Index{0})), double> &&
-                                       std::is_convertible_v<decltype(S::kName), const char*>>>
-    : std::true_type {};
+struct is_schedule<
+    S, std::enable_if_t<
+           std::is_convertible_v<decltype(std::declval<const S&>().lr(0.0, Index{0})), double> &&
+           std::is_convertible_v<decltype(S::kName), const char*>>> : std::true_type {};
 
 /// Throws std::invalid_argument unless `value` is a valid factor or learning rate.
 inline void check_finite_non_negative(const char* fn, const char* name, double value) {
@@ -238,10 +240,10 @@ inline CosineAnnealingLR::CosineAnnealingLR(Index T_max, double eta_min)
 
 inline double CosineAnnealingLR::lr(double base_lr, Index epoch) const {
     constexpr double pi = 3.141592653589793;  // math.pi
-    return eta_min_ + (base_lr - eta_min_) *
-                          (1.0 + std::cos(pi * static_cast<double>(epoch) /
-                                          static_cast<double>(T_max_))) /
-                          2.0;
+    return eta_min_ +
+           (base_lr - eta_min_) *
+               (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(T_max_))) /
+               2.0;
 }
 
 inline StepLR::StepLR(Index step_size, double gamma) : step_size_(step_size), gamma_(gamma) {
