@@ -14,6 +14,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
