@@ -12,10 +12,15 @@
 //                       --dropout as the run that wrote it)
 //   --stop-after K      stop after step K, as an interrupted run would
 //   --dropout P         the encoder layers' dropout (default 0), so that the random streams matter
+//
+//   --warmup N          the learning rate from an LRScheduler: linear warm-up over N steps, then
+//                       cosine decay to a tenth by the last step (SequentialLR of LinearLR and
+//                       CosineAnnealingLR); without it, the same shape written out in the loop
 // e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
 // `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
 // bit for bit those of one uninterrupted run.
 #include <headwise/headwise.hpp>
+#include <headwise/optim/lr_scheduler.hpp>  // LRScheduler, SequentialLR, LinearLR, CosineAnnealingLR
 
 #include "sort_model.hpp"  // SortModel, make_batch, sequence_accuracy
 
@@ -31,6 +36,7 @@
 #include <cstdlib>    // std::atoi, std::atof
 #include <cstring>    // std::strcmp
 #include <exception>  // std::exception
+#include <optional>   // std::optional
 #include <set>        // std::set
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -56,10 +62,12 @@ struct Run {
     int steps = 0;  // the last step's number
 };
 
-/// Checkpointing: where to save and resume from ("" for neither), and the dropout.
+/// Checkpointing: where to save and resume from ("" for neither), and the dropout; the warm-up
+/// of an LRScheduler (0: the schedule written out in the loop).
 struct Resumable {
     std::string checkpoint, resume;
     double dropout = 0.0;
+    int warmup = 0;
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
@@ -84,6 +92,13 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
     headwise::AdamW<T> opt(model.parameters(), ao);
     const int warmup = std::min(100, std::max(1, max_steps / 10));
     const Index B = 64;
+    // --warmup N: torch's recipe, with the rate of step s at the scheduler's epoch s - 1.
+    std::optional<headwise::LRScheduler<headwise::AdamW<T>>> scheduler;
+    if (r.warmup > 0)
+        scheduler.emplace(opt, headwise::SequentialLR(
+                                   {headwise::LinearLR(1.0 / r.warmup, 1.0, r.warmup),
+                                    headwise::CosineAnnealingLR(max_steps - r.warmup, ao.lr / 10)},
+                                   {r.warmup}));
 
     // Everything the next step depends on: weights, moments, step, and where the generators are
     // (the batches' and the dropout masks'). The learning rate follows from the step.
@@ -104,6 +119,9 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
         model.load_random_state(c.model_random);
         headwise::set_generator_state(data_rng, c.integers.at("data_rng"));
         first = static_cast<int>(c.step) + 1;
+        // The schedule is a function of the epoch: step it to the checkpoint's.
+        if (scheduler)
+            for (int step = 1; step < first; ++step) scheduler->step();
         std::printf("resumed from %s at step %d\n", r.resume.c_str(), first - 1);
     }
 
@@ -113,10 +131,11 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     for (int step = first; step <= stop_after; ++step) {
-        // Linear warm-up, then cosine decay to a tenth.
-        const double progress = static_cast<double>(step) / max_steps;
-        opt.set_lr(ao.lr * std::min(1.0, static_cast<double>(step) / warmup) *
-                   (0.55 + 0.45 * std::cos(3.141592653589793 * progress)));
+        if (!scheduler) {  // linear warm-up, then cosine decay to a tenth, written out
+            const double progress = static_cast<double>(step) / max_steps;
+            opt.set_lr(ao.lr * std::min(1.0, static_cast<double>(step) / warmup) *
+                       (0.55 + 0.45 * std::cos(3.141592653589793 * progress)));
+        }
         const Batch batch = make_batch(B, data_rng, &held_out_codes);
         opt.zero_grad();
         const SortModel::Forward f = model.forward(batch.seq);
@@ -124,6 +143,7 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
         model.backward(batch.seq, f, loss.grad);
         headwise::clip_grad_norm(opt.parameters(), 1.0);
         opt.step();
+        if (scheduler) scheduler->step();
         run.losses.push_back(loss.value);
         run.steps = step;
         const bool last = step == stop_after;
@@ -161,15 +181,22 @@ int main(int argc, char** argv) {
             r.checkpoint = argv[++i];
         } else if (has_value && std::strcmp(argv[i], "--resume") == 0) {
             r.resume = argv[++i];
+        } else if (has_value && std::strcmp(argv[i], "--warmup") == 0) {
+            r.warmup = std::atoi(argv[++i]);
         } else {
             std::fprintf(stderr,
                          "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
-                         "[--stop-after K] [--dropout P]\n");
+                         "[--stop-after K] [--dropout P] [--warmup N]\n"
+                         "  --warmup N: linear warm-up over N steps, then cosine decay to a tenth "
+                         "of the rate (LRScheduler)\n");
             return 2;
         }
     }
-    if (max_steps < 1 || stop_after < 0 || stop_after > max_steps) {
-        std::fprintf(stderr, "train_sort: need 0 < --steps and 0 <= --stop-after <= --steps\n");
+    if (max_steps < 1 || stop_after < 0 || stop_after > max_steps || r.warmup < 0 ||
+        r.warmup >= max_steps) {
+        std::fprintf(stderr,
+                     "train_sort: need 0 < --steps, 0 <= --stop-after <= --steps and "
+                     "0 <= --warmup < --steps\n");
         return 2;
     }
     const bool full = max_steps >= 1000;
@@ -200,8 +227,10 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    Resumable schedule;  // no checkpoints; the warm-up, if any
+    schedule.warmup = r.warmup;
     const Run fused = train(headwise::Projection::fused, max_steps, max_steps, 0.99,
-                            full ? 100 : max_steps, true, held_out, held_out_codes);
+                            full ? 100 : max_steps, true, held_out, held_out_codes, schedule);
     std::printf("fused: %d steps, held-out sequence accuracy %.4f, %.1f s\n", fused.steps,
                 fused.accuracy, fused.seconds);
 
@@ -210,7 +239,7 @@ int main(int argc, char** argv) {
     // differences slowly, so the per-step losses agree closely at first and the curves (means
     // over 100 steps) throughout.
     const Run per_head = train(headwise::Projection::per_head, max_steps, max_steps, 0.99,
-                               full ? 100 : max_steps, false, held_out, held_out_codes);
+                               full ? 100 : max_steps, false, held_out, held_out_codes, schedule);
     std::printf("per_head: %d steps, held-out sequence accuracy %.4f, %.1f s\n", per_head.steps,
                 per_head.accuracy, per_head.seconds);
     const int common = std::min(fused.steps, per_head.steps);
