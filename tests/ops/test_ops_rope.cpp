@@ -41,8 +41,9 @@ Tensor<double> reference_rope(const Tensor<double>& X, const std::vector<Index>&
         for (Index d = 0; d < D; ++d) {
             const bool half = c == RopeConvention::rotate_half;
             const Index pair = half ? d % (D / 2) : d / 2;  // which theta_i
-            const double angle = static_cast<double>(pos[static_cast<std::size_t>(r)]) / factor /
-                                 std::pow(base, 2.0 * static_cast<double>(pair) / static_cast<double>(D));
+            const double angle =
+                static_cast<double>(pos[static_cast<std::size_t>(r)]) / factor /
+                std::pow(base, 2.0 * static_cast<double>(pair) / static_cast<double>(D));
             double rotated = 0.0;  // r(x)[d]
             if (half)
                 rotated = d < D / 2 ? -X(r, d + D / 2) : X(r, d - D / 2);
@@ -75,8 +76,8 @@ Tensor<T> cast(const Tensor<U>& x) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("rope_tables: cos and sin of (position / factor) base^(-2i / D)",
-                   "[ops][rope]", float, double) {
+TEMPLATE_TEST_CASE("rope_tables: cos and sin of (position / factor) base^(-2i / D)", "[ops][rope]",
+                   float, double) {
     using T = TestType;
     const std::vector<Index> pos{0, 1, 7, 3, 200, 4095};
     for (const auto& [D, base, factor] : std::vector<std::tuple<Index, double, double>>{
@@ -86,8 +87,9 @@ TEMPLATE_TEST_CASE("rope_tables: cos and sin of (position / factor) base^(-2i / 
         Tensor<double> cos_ref(t.cos.shape()), sin_ref(t.sin.shape());
         for (std::size_t r = 0; r < pos.size(); ++r)
             for (Index i = 0; i < D / 2; ++i) {
-                const double a = static_cast<double>(pos[r]) / factor *
-                                 std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+                const double a =
+                    static_cast<double>(pos[r]) / factor *
+                    std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
                 cos_ref(static_cast<Index>(r), i) = std::cos(a);
                 sin_ref(static_cast<Index>(r), i) = std::sin(a);
             }
@@ -103,8 +105,8 @@ TEMPLATE_TEST_CASE("rope_tables: cos and sin of (position / factor) base^(-2i / 
     }
 }
 
-TEMPLATE_TEST_CASE("rope_forward matches the rotate_half and rotate_every_two loops",
-                   "[ops][rope]", float, double) {
+TEMPLATE_TEST_CASE("rope_forward matches the rotate_half and rotate_every_two loops", "[ops][rope]",
+                   float, double) {
     using T = TestType;
     std::mt19937_64 rng(11);
     const std::vector<Index> pos{0, 1, 2, 9, 31, 1000, 5};
@@ -156,14 +158,12 @@ TEST_CASE("rope_backward matches finite differences of rope_forward", "[ops][rop
         const Tables<double> t = make_tables<double>(pos, D, 10000.0, 2.0);
         const auto f = [&](const std::vector<Tensor<double>>& x) {
             Tensor<double> y(x[0].shape());
-            ops::rope_forward<double>(x[0].matrix(), t.cos.matrix(), t.sin.matrix(), c,
-                                      y.matrix());
+            ops::rope_forward<double>(x[0].matrix(), t.cos.matrix(), t.sin.matrix(), c, y.matrix());
             return y;
         };
         const auto back = [&](const std::vector<Tensor<double>>&, const Tensor<double>& dy) {
             Tensor<double> dx(dy.shape());
-            ops::rope_backward<double>(dy.matrix(), t.cos.matrix(), t.sin.matrix(), c,
-                                       dx.matrix());
+            ops::rope_backward<double>(dy.matrix(), t.cos.matrix(), t.sin.matrix(), c, dx.matrix());
             return std::vector<Tensor<double>>{dx};
         };
         std::mt19937_64 rng(13);
@@ -175,8 +175,8 @@ TEST_CASE("rope_backward matches finite differences of rope_forward", "[ops][rop
     }
 }
 
-TEMPLATE_TEST_CASE("rope_backward is the transpose and the inverse of rope_forward",
-                   "[ops][rope]", float, double) {
+TEMPLATE_TEST_CASE("rope_backward is the transpose and the inverse of rope_forward", "[ops][rope]",
+                   float, double) {
     using T = TestType;
     std::mt19937_64 rng(14);
     const std::vector<Index> pos{1, 4, 9, 16, 25, 36};
@@ -241,8 +241,8 @@ TEMPLATE_TEST_CASE("rope_forward matches transformers' rotations and tables", "[
                 for (Index h = 0; h < heads; ++h) {
                     const Index offset = (b * heads + h) * L * D;
                     const Tensor<T> x = cast<T>(Tensor<double>(
-                        Shape{L, D}, std::vector<double>(X.data() + offset,
-                                                         X.data() + offset + L * D)));
+                        Shape{L, D},
+                        std::vector<double>(X.data() + offset, X.data() + offset + L * D)));
                     headwise::MatrixMap<T> y(got.data() + offset, L, D);
                     ops::rope_forward<T>(x.matrix(), t.cos.matrix(), t.sin.matrix(), c, y);
                 }

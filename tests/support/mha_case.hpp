@@ -30,6 +30,7 @@ struct MhaConfig {
     bool batched = true;
     CausalAlignment alignment = CausalAlignment::top_left;  // of the causal mask
     std::optional<double> scale;                            // unset: 1 / sqrt(D)
+    RotaryEmbedding rotary;                                 // RoPE on Q and K; off by default
 
     std::string str() const {
         return "B=" + std::to_string(B) + " L=" + std::to_string(L) + " S=" + std::to_string(S) +
@@ -41,7 +42,11 @@ struct MhaConfig {
                " masks=" + std::to_string(static_cast<int>(masks)) +
                " dropout=" + std::to_string(dropout) + " batched=" + std::to_string(batched) +
                " alignment=" + to_string(alignment) +
-               " scale=" + (scale ? std::to_string(*scale) : std::string("default"));
+               " scale=" + (scale ? std::to_string(*scale) : std::string("default")) +
+               (rotary.enabled ? " rope=" + std::string(to_string(rotary.convention)) +
+                                     " theta=" + std::to_string(rotary.theta) +
+                                     " factor=" + std::to_string(rotary.scaling_factor)
+                               : std::string());
     }
     MultiheadAttentionOptions options(Projection p) const {
         MultiheadAttentionOptions o;
@@ -56,6 +61,7 @@ struct MhaConfig {
         o.dropout = dropout;
         o.scale = scale;
         o.num_kv_heads = Hkv;
+        o.rotary = rotary;
         return o;
     }
     Index kd() const { return kdim ? kdim : E; }
@@ -144,6 +150,10 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     p.zero_attn = c.zero_attn;
     p.scale = c.scale;
     p.dropout = dropout;
+    p.rope.enabled = c.rotary.enabled;
+    p.rope.theta = c.rotary.theta;
+    p.rope.interleaved = c.rotary.convention == RopeConvention::interleaved;
+    p.rope.factor = c.rotary.scaling_factor;
     if (!d.masks.attn_mask.empty()) {
         p.masks.attn_mask = d.masks.attn_mask.data();
         p.masks.attn_mask_4d = d.masks.attn_mask.rank() == 4;

@@ -2,7 +2,7 @@
 // Multi-head attention forward in plain loops and double precision: the oracle for the module.
 #pragma once
 
-#include <cmath>     // std::exp, std::sqrt, std::isinf
+#include <cmath>     // std::exp, std::sqrt, std::isinf, std::cos, std::sin, std::pow
 #include <limits>    // std::numeric_limits
 #include <map>       // std::map
 #include <optional>  // std::optional
@@ -31,6 +31,15 @@ struct ReferenceMasks {
     Index causal_offset = 0;  // causal: query i may attend key j when j <= i + causal_offset
 };
 
+/// Rotary position embeddings in the reference: query i and key j of each head rotated by the
+/// angles (position / factor) theta^(-2p / D) of their pairs p, position i and j.
+struct ReferenceRope {
+    bool enabled = false;
+    double theta = 10000.0;
+    bool interleaved = false;  // pairs (2p, 2p + 1); else (p, p + D/2)
+    double factor = 1.0;
+};
+
 /// The sizes and options of one reference_mha run, named; the masks and dropout factors point
 /// into storage the caller keeps alive.
 struct ReferenceProblem {
@@ -43,6 +52,7 @@ struct ReferenceProblem {
     std::optional<double> scale;  // of the scores; unset: 1 / sqrt(D)
     ReferenceMasks masks;
     const std::vector<double>* dropout = nullptr;  // one factor per weight [B, H, L, S'], or none
+    ReferenceRope rope;                            // applied to Q and K after the projection
 };
 
 /// Follows torch.nn.functional.multi_head_attention_forward step by step, with loops:
@@ -91,10 +101,36 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
             }
         return y;
     };
-    const Index F = Hkv * D;                            // key/value features
-    const std::vector<double> Q = project(0, q, L, E);  // [B, L, E]
-    std::vector<double> K = project(1, k, S, kdim);     // [B, S, Hkv D]
-    std::vector<double> V = project(2, v, S, vdim);     // [B, S, Hkv D]
+    const Index F = Hkv * D;                         // key/value features
+    std::vector<double> Q = project(0, q, L, E);     // [B, L, E]
+    std::vector<double> K = project(1, k, S, kdim);  // [B, S, Hkv D]
+    std::vector<double> V = project(2, v, S, vdim);  // [B, S, Hkv D]
+    // RoPE: each head's features (a, b) of pair p turned by the angle of row n's position.
+    auto rotate = [&](std::vector<double>& X, Index rows, Index features) {
+        const ReferenceRope& r = problem.rope;
+        for (Index b = 0; b < B; ++b)
+            for (Index n = 0; n < rows; ++n)
+                for (Index h = 0; h < features / D; ++h)
+                    for (Index pr = 0; pr < D / 2; ++pr) {
+                        const Index a = r.interleaved ? 2 * pr : pr;
+                        const Index c = r.interleaved ? 2 * pr + 1 : pr + D / 2;
+                        const double angle = static_cast<double>(n) / r.factor /
+                                             std::pow(r.theta, 2.0 * static_cast<double>(pr) /
+                                                                   static_cast<double>(D));
+                        double& xa =
+                            X[static_cast<std::size_t>((b * rows + n) * features + h * D + a)];
+                        double& xc =
+                            X[static_cast<std::size_t>((b * rows + n) * features + h * D + c)];
+                        const double ya = xa * std::cos(angle) - xc * std::sin(angle);
+                        const double yc = xc * std::cos(angle) + xa * std::sin(angle);
+                        xa = ya;
+                        xc = yc;
+                    }
+    };
+    if (problem.rope.enabled) {
+        rotate(Q, L, E);
+        rotate(K, S, Hkv * D);
+    }
     const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);
     auto kx = [&](Index b, Index j, Index e) -> double {  // keys after appending, e < Hkv D
         if (j < S) return K[static_cast<std::size_t>((b * S + j) * F + e)];

@@ -3,10 +3,11 @@
 // decode's scratch, each with per-(batch, head) accessors.
 #pragma once
 
-#include <algorithm>  // std::copy
+#include <algorithm>  // std::copy, std::max
 #include <cstddef>    // std::size_t
 #include <memory>     // std::shared_ptr, std::unique_ptr, std::weak_ptr
 #include <mutex>      // std::mutex, std::lock_guard
+#include <vector>     // std::vector
 
 #include "../config.hpp"
 #include "../layers/attention/options.hpp"
@@ -196,8 +197,23 @@ public:
     AttentionMasks<T> masks;               // kept when a blocked backward applies them again
 
     /// Sizes the buffers for `call` and the plan; `keep_p`: P whole (a materialised training
-    /// forward keeps it for backward), else one slice per thread.
-    void size_forward(bool keep_p, int threads) { this->size(call, keep_p, threads, false); }
+    /// forward keeps it for backward), else one slice per thread. With a rotary embedding, the
+    /// tables of positions [0, max(L, S)) too.
+    void size_forward(bool keep_p, int threads) {
+        this->size(call, keep_p, threads, false);
+        if (call.rotary.enabled) {
+            const Index D = this->projection.plan().key.layout.D;
+            rope_rows_ = std::max(call.geometry.L, call.geometry.S);
+            rope_half_ = D / 2;
+            rope_.get(Shape{2, rope_rows_, rope_half_});
+        }
+    }
+    /// The rotary tables of positions 0, 1, ..., max(L, S) - 1: Cos and Sin [max(L, S), D/2]
+    /// (step 1b fills them; its backward reads them).
+    MatrixMap<T> rope_cos() { return MatrixMap<T>(rope_.data(), rope_rows_, rope_half_); }
+    MatrixMap<T> rope_sin() {
+        return MatrixMap<T>(rope_.data() + rope_rows_ * rope_half_, rope_rows_, rope_half_);
+    }
 
     /// Sets the inputs X_i [B N_i, in_i]; copies them when `keep` (backward needs them after the
     /// caller's tensors may be gone), else views the caller's memory.
@@ -221,6 +237,8 @@ public:
 private:
     ScratchBuffer<T> x_buffer_[3];
     TensorView<const T> x_[3];
+    ScratchBuffer<T> rope_;  // [2, rows, D/2]: Cos, then Sin
+    Index rope_rows_ = 0, rope_half_ = 0;
 };
 
 /// The gradients of a forward's activations: dY, dK', dV', dctx, at the same places.
@@ -240,6 +258,7 @@ public:
 ///   ctx [B T, E]                        Concat(head_1, ..., head_H)
 ///   P [threads, R, capacity + 2]        probabilities, R query rows per slice
 ///   K', V' [threads, capacity + 2, D]   the cached keys with bias_k / the zero key appended
+///   Cos, Sin [B T, D/2], positions [B T] the rotary tables of the new tokens (RoPE only)
 template <class T>
 class DecodeBuffers {
 public:
@@ -262,6 +281,16 @@ public:
             vx_.get(Shape{threads, max_keys, D});
         }
     }
+    /// Sizes the rotary tables and positions for `rows` new token rows of D features.
+    void size_rotary(Index rows, Index D) {
+        rope_.get(Shape{2, rows, D / 2});
+        if (static_cast<Index>(positions_.size()) < rows)
+            positions_.resize(static_cast<std::size_t>(rows));
+    }
+    /// The new tokens' positions [B T] and their rotary tables Cos, Sin [B T, D/2].
+    Index* positions() noexcept { return positions_.data(); }
+    MatrixMap<T> rope_cos() { return MatrixMap<T>(rope_.data(), rows_, D_ / 2); }
+    MatrixMap<T> rope_sin() { return MatrixMap<T>(rope_.data() + rows_ * (D_ / 2), rows_, D_ / 2); }
     MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), rows_, E_); }
     /// Thread `thread`'s [rows, keys] probabilities.
     MatrixMap<T> p(int thread, Index rows, Index keys) {
@@ -276,7 +305,8 @@ public:
     }
 
 private:
-    ScratchBuffer<T> ctx_, p_, kx_, vx_;
+    ScratchBuffer<T> ctx_, p_, kx_, vx_, rope_;
+    std::vector<Index> positions_;  // only grows
     Index E_ = 0, rows_ = 0, max_keys_ = 0, D_ = 0, slice_rows_ = 0;
 };
 

@@ -26,9 +26,9 @@ enum class SliceKernel {
 /// the length.
 inline constexpr Index kMaterialisedMaxScores = 512 * 512;
 
-/// What one call is: the geometry with the extended key count, the scale, the kernel, the tiles
-/// and the dropout. Built by describe_call only, so that forward, backward and decode agree on
-/// every one of them.
+/// What one call is: the geometry with the extended key count, the scale, the kernel, the tiles,
+/// the dropout and the rotary embedding. Built by describe_call only, so that forward, backward and
+/// decode agree on every one of them.
 template <class T>
 struct AttentionCall {
     AttentionGeometry geometry;  // B, L, S; Sx = S + the appended keys (bias_k, the zero key)
@@ -37,6 +37,7 @@ struct AttentionCall {
     SliceKernel kernel = SliceKernel::materialised;
     ops::AttentionTiles tiles;  // the blocked kernel's, cut to the call's L x Sx
     ops::Dropout dropout;       // inactive in eval mode and in decode
+    RotaryEmbedding rotary;     // options.rotary: when enabled, Q and K are rotated (step 1b)
 
     bool blocked() const noexcept { return kernel == SliceKernel::blocked; }
 };
@@ -71,6 +72,7 @@ AttentionCall<T> describe_call(const MultiheadAttentionOptions& options, Index B
                                                                        : SliceKernel::materialised;
     call.tiles = call_tiles(options.attention_tiles, L, Sx);
     call.dropout = dropout;
+    call.rotary = options.rotary;
     return call;
 }
 

@@ -93,7 +93,9 @@ void check_scale(const char* function, const std::optional<double>& scale) {
 /// taken from another option (kdim and vdim 0: embed_dim; num_kv_heads 0: num_heads; scale
 /// unset: 1 / sqrt(D)) is compared when either module sets it; when neither does, it differs
 /// only if the option it comes from does, which is named instead. The scale is compared in T,
-/// the type the kernels use. Not compared: projection, attention_kernel, attention_tiles and
+/// the type the kernels use. The rotary settings (theta, convention, scaling_factor) are
+/// compared when both modules rotate; otherwise rotary.enabled names the difference. Not
+/// compared: projection, attention_kernel, attention_tiles and
 /// reference_inputs choose how a forward runs, not what it computes (tiles: only the order of
 /// sums), and the forward saves its choice for backward to follow.
 template <class T>
@@ -103,13 +105,15 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
     // it is sorted here into compared or not compared.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel, attention_tiles] = expected;
+                                  attention_kernel, attention_tiles, rotary] = expected;
     std::string out;
     const auto compare = [&out](const char* name, auto e, auto a) {
         if (e == a) return;
         const auto str = [](auto x) {
             if constexpr (std::is_floating_point_v<decltype(x)>)
                 return shortest_str(x);
+            else if constexpr (std::is_same_v<decltype(x), RopeConvention>)
+                return std::string(to_string(x));
             else
                 return std::to_string(x);
         };
@@ -134,12 +138,44 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
                 or_default(actual.num_kv_heads, actual.num_heads));
     if (expected.scale || actual.scale)
         compare("scale", attention_scale<T>(expected), attention_scale<T>(actual));
+    // The rotation's settings matter only when either module rotates.
+    compare("rotary.enabled", expected.rotary.enabled, actual.rotary.enabled);
+    if (expected.rotary.enabled && actual.rotary.enabled) {
+        compare("rotary.theta", expected.rotary.theta, actual.rotary.theta);
+        compare("rotary.convention", expected.rotary.convention, actual.rotary.convention);
+        compare("rotary.scaling_factor", expected.rotary.scaling_factor,
+                actual.rotary.scaling_factor);
+    }
     return out;
+}
+
+/// Throws std::invalid_argument unless `rotary` (when enabled) can rotate heads of D features:
+/// D even, theta finite and greater than 1, scaling_factor finite and at least 1, a convention
+/// that is an enumerator.
+inline void check_rotary(const char* fn, const RotaryEmbedding& rotary, Index D) {
+    if (!rotary.enabled) return;
+    if (D % 2 != 0)
+        throw_invalid_argument(fn, "options.rotary.enabled",
+                               "needs an even head dimension D = embed_dim / num_heads (RoPE "
+                               "rotates pairs of features)",
+                               "D = " + std::to_string(D));
+    if (!(std::isfinite(rotary.theta) && rotary.theta > 1.0))
+        throw_invalid_argument(fn, "options.rotary.theta", "must be finite and greater than 1",
+                               shortest_str(rotary.theta));
+    if (!(std::isfinite(rotary.scaling_factor) && rotary.scaling_factor >= 1.0))
+        throw_invalid_argument(fn, "options.rotary.scaling_factor", "must be finite and at least 1",
+                               shortest_str(rotary.scaling_factor));
+    if (rotary.convention != RopeConvention::rotate_half &&
+        rotary.convention != RopeConvention::interleaved)
+        throw_invalid_argument(
+            fn, "options.rotary.convention", "must be rotate_half or interleaved",
+            "RopeConvention(" + std::to_string(static_cast<int>(rotary.convention)) + ")");
 }
 
 /// Throws std::invalid_argument naming the first option a MultiheadAttention cannot be built
 /// with: sizes not positive, num_heads or num_kv_heads not dividing, dropout outside [0, 1), a
-/// scale T cannot hold, a projection that is no enumerator, empty tiles.
+/// scale T cannot hold, a projection that is no enumerator, empty tiles, rotary settings
+/// check_rotary refuses.
 template <class T>
 void check_options(const char* fn, const MultiheadAttentionOptions& options) {
     if (options.embed_dim <= 0)
@@ -170,6 +206,7 @@ void check_options(const char* fn, const MultiheadAttentionOptions& options) {
     check_scale<T>(fn, options.scale);
     check_projection(fn, "options.projection", options.projection);
     check_tiles(fn, options.attention_tiles, "options.attention_tiles");
+    check_rotary(fn, options.rotary, options.embed_dim / options.num_heads);
 }
 
 /// The in-projection layout of checked `options`, the defaults resolved (kdim, vdim 0: E;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The steps of multi-head attention, shared by MultiheadAttention's forward, backward and decode:
-// 1. project, 2. append the extra keys, 3. attend, 4. project out; each with its backward.
+// 1. project (1b. rotate Q and K with RoPE), 2. append the extra keys, 3. attend, 4. project out;
+// each with its backward.
 #pragma once
 
 #include <Eigen/Core>
@@ -17,6 +18,7 @@
 #include "../ops/blocked_attention.hpp"
 #include "../ops/cached_attention.hpp"
 #include "../ops/linear.hpp"
+#include "../ops/rope.hpp"
 #include "../ops/score_mask.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -104,6 +106,78 @@ void project_backward(const AttentionParameters<const T>& params,
             s = next;
         }
     }
+}
+
+// ---- 1b. rotate: Q_bh = RoPE(Q_bh), K_bh = RoPE(K_bh), each row at its token's position -------
+// Rotary position embeddings (Su et al. 2021), when options.rotary is enabled: every query head's
+// and every key/value head's block is rotated in place in the projection buffers, the same way
+// whichever projection wrote them. The values are not rotated, nor are the keys step 2 appends.
+
+/// Rotates (forward) or rotates back (backward) the query block of every head and the key block
+/// of every key/value head in `y`, [rows, D] each: row r of batch b's blocks by the angles of row
+/// first_row(b) + r of Cos, Sin.
+template <class T, class FirstRow>
+void rotate_blocks(ProjectionBuffers<T>& y, const InProjLayout& layout, Index B,
+                   RopeConvention convention, bool backward, ConstMatrixRef<T> Cos,
+                   ConstMatrixRef<T> Sin, FirstRow first_row) {
+    const Index H = layout.H, Hkv = layout.kv_heads;
+    parallel_for(B * (H + Hkv), [&](Index task, int) {
+        const Index b = task / (H + Hkv), head = task % (H + Hkv);
+        const StridedMatrixMap<T> X =  // [rows, D]: Q_bh, or K_bh of key/value head head - H
+            head < H ? y.block(kQuery, b, head) : y.block(kKey, b, head - H);
+        const Index rows = X.rows(), r0 = first_row(b);
+        if (backward)
+            ops::rope_backward<T>(X, Cos.middleRows(r0, rows), Sin.middleRows(r0, rows), convention,
+                                  X);
+        else
+            ops::rope_forward<T>(X, Cos.middleRows(r0, rows), Sin.middleRows(r0, rows), convention,
+                                 X);
+    });
+}
+
+/// Step 1b of a forward call: query i at position i, key j at position j (tables of positions
+/// [0, max(L, S)), kept in `acts` for the backward).
+template <class T>
+void rotate(ForwardActivations<T>& acts, const InProjLayout& layout) {
+    const RotaryEmbedding& r = acts.call.rotary;
+    ops::rope_tables<T>(Index{0}, r.theta, r.scaling_factor, acts.rope_cos(), acts.rope_sin());
+    rotate_blocks<T>(acts.projection, layout, acts.call.geometry.B, r.convention, false,
+                     acts.rope_cos(), acts.rope_sin(), [](Index) { return Index{0}; });
+}
+
+/// Backward of step 1b: dQ_bh and dK_bh rotated back (the transposed rotation), in place, before
+/// the projection's backward reads them.
+template <class T>
+void rotate_backward(ForwardActivations<T>& acts, ActivationGradients<T>& grads,
+                     const InProjLayout& layout) {
+    const RotaryEmbedding& r = acts.call.rotary;
+    rotate_blocks<T>(grads.projection, layout, acts.call.geometry.B, r.convention, true,
+                     acts.rope_cos(), acts.rope_sin(), [](Index) { return Index{0}; });
+}
+
+/// Step 1b of decode, before the new keys join the cache (which holds rotated keys): new token t
+/// of sequence b is at position cache.position(b) plus the non-padding new tokens before it, so
+/// that padding, left or anywhere, shifts no real token's position. `key_padding` [B, T] as
+/// decode's (null data: none).
+template <class T>
+void rotate_new_tokens(const AttentionCall<T>& call, const InProjLayout& layout,
+                       const KVCache<T>& cache, TensorView<const bool> key_padding,
+                       DecodeBuffers<T>& buffers) {
+    const Index B = call.geometry.B, Tn = call.geometry.L;
+    const bool* padding = key_padding.data();  // [B, T] or null
+    Index* positions = buffers.positions();    // [B T]
+    for (Index b = 0; b < B; ++b) {
+        Index position = cache.position(b);
+        for (Index t = 0; t < Tn; ++t) {
+            positions[b * Tn + t] = position;
+            if (!(padding && padding[b * Tn + t])) ++position;
+        }
+    }
+    const RotaryEmbedding& r = call.rotary;
+    ops::rope_tables<T>(positions, r.theta, r.scaling_factor, buffers.rope_cos(),
+                        buffers.rope_sin());
+    rotate_blocks<T>(buffers.projection, layout, B, r.convention, false, buffers.rope_cos(),
+                     buffers.rope_sin(), [Tn](Index b) { return b * Tn; });
 }
 
 // ---- 2. append the extra keys: K' = [K; bias_k; 0], V' = [V; bias_v; 0] (torch's order) --------

@@ -99,7 +99,7 @@ inline void rope_pair(RopeConvention convention, Index i, Index D, Index& a, Ind
 
 template <class T, class Position>
 void rope_fill_tables(const char* fn, Position position, double base, double scaling_factor,
-            MatrixRef<T> Cos, MatrixRef<T> Sin) {
+                      MatrixRef<T> Cos, MatrixRef<T> Sin) {
     // Cos [R, D/2], Sin [R, D/2]
     check_matrix(fn, "Sin", Sin, Cos.rows(), Cos.cols());
     const Index R = Cos.rows(), half = Cos.cols();
@@ -118,8 +118,8 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
 /// Rotates every pair of X into Y by the tables' angles, times `sign` (+1 forward, -1 backward).
 template <class T>
 void rope_rotate(const char* fn, const char* x_name, const char* y_name, ConstMatrixRef<T> X,
-            ConstMatrixRef<T> Cos, ConstMatrixRef<T> Sin, RopeConvention convention, T sign,
-            MatrixRef<T> Y) {
+                 ConstMatrixRef<T> Cos, ConstMatrixRef<T> Sin, RopeConvention convention, T sign,
+                 MatrixRef<T> Y) {
     // X [R, D], Cos [R, D/2], Sin [R, D/2], Y [R, D]
     const Index R = X.rows(), D = X.cols();
     if (D % 2 != 0)
@@ -158,8 +158,8 @@ void rope_tables(Index first, double base, double scaling_factor, MatrixRef<T> C
                  MatrixRef<T> Sin) {
     HEADWISE_STATIC_ASSERT_REAL(T);
     detail::rope_fill_tables<T>(
-        "headwise::ops::rope_tables", [first](Index r) { return first + r; }, base,
-        scaling_factor, Cos, Sin);
+        "headwise::ops::rope_tables", [first](Index r) { return first + r; }, base, scaling_factor,
+        Cos, Sin);
 }
 
 template <class T>

@@ -33,6 +33,7 @@ struct DecodeConfig {
     Index H = 4, Hkv = 0;
     bool bias = true, bias_kv = false, zero_attn = false;
     std::optional<double> scale;
+    RotaryEmbedding rotary;
 
     MultiheadAttentionOptions options(Index E, Projection p) const {
         MultiheadAttentionOptions o;
@@ -44,13 +45,15 @@ struct DecodeConfig {
         o.add_bias_kv = bias_kv;
         o.add_zero_attn = zero_attn;
         o.scale = scale;
+        o.rotary = rotary;
         return o;
     }
     std::string str() const {
         return "H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
                " bias=" + std::to_string(bias) + " bias_kv=" + std::to_string(bias_kv) +
                " zero_attn=" + std::to_string(zero_attn) +
-               " scale=" + (scale ? std::to_string(*scale) : std::string("default"));
+               " scale=" + (scale ? std::to_string(*scale) : std::string("default")) +
+               " rope=" + (rotary.enabled ? to_string(rotary.convention) : "off");
     }
 };
 
@@ -309,7 +312,13 @@ TEST_CASE("after the first step, a decode step allocates nothing", "[kv_cache][a
     const Index B = 2, N = 40, E = 32;
     std::mt19937_64 rng(10);
     const auto x = Tensor<float>::randn(Shape{B, N, E}, rng);
-    for (const DecodeConfig& c : decode_grid())
+    std::vector<DecodeConfig> grid = decode_grid();
+    grid.push_back(grid[1]);  // rotary embeddings: the tables and positions are scratch too
+    grid.back().rotary.enabled = true;
+    grid.push_back(grid[3]);
+    grid.back().rotary.enabled = true;
+    grid.back().rotary.convention = RopeConvention::interleaved;
+    for (const DecodeConfig& c : grid)
         for (Projection p : kProjections) {
             CAPTURE(c.str(), to_string(p));
             MultiheadAttention<float> m = make_module<float>(c, E, p);

@@ -320,7 +320,8 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
     // is added, so that the list below gets a line for it.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel, attention_tiles] = MultiheadAttentionOptions{};
+                                  attention_kernel, attention_tiles, rotary] =
+        MultiheadAttentionOptions{};
     const std::string fn = "headwise::MultiheadAttention::backward: ";
     MhaConfig c;
     c.E = 8;
@@ -372,6 +373,8 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
              o.attention_tiles = {2, 3};
          },
          nullptr},
+        {"rotary", [](MultiheadAttentionOptions& o) { o.rotary.enabled = true; },
+         "rotary.enabled: expected 1, got 0"},
     };
     for (const Case& k : cases) {
         CAPTURE(k.field);

@@ -2,10 +2,11 @@
 // KVCache<T>: the keys and values of the tokens a MultiheadAttention has decoded so far.
 #pragma once
 
-#include <algorithm>  // std::any_of
+#include <algorithm>  // std::count, std::fill
 #include <cstddef>    // std::size_t
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
+#include <vector>     // std::vector
 
 #include "../../config.hpp"
 #include "../../detail/attention_buffers.hpp"
@@ -31,7 +32,10 @@ namespace headwise {
 ///
 /// Invariants, kept by the cache's own writes: 0 <= size() <= capacity(); keys, values and
 /// padding flags are valid for tokens [0, size()); has_padding() tells whether any of those
-/// tokens is padding.
+/// tokens is padding; position(b) counts sequence b's held tokens that are not.
+///
+/// With rotary embeddings (MultiheadAttentionOptions::rotary) the cache holds the keys already
+/// rotated, each at its token's position.
 template <class T>
 class KVCache {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -53,6 +57,7 @@ public:
         k_ = Tensor<T>(Shape{B_, Hkv_, capacity_, D_});
         v_ = Tensor<T>(k_.shape());
         padding_ = Tensor<bool>(Shape{B_, capacity_});
+        real_.assign(static_cast<std::size_t>(B_), 0);
     }
 
     Index batch() const noexcept { return B_; }
@@ -64,11 +69,16 @@ public:
     Index head_dim() const noexcept { return D_; }
     /// True when some held token is padding.
     bool has_padding() const noexcept { return any_padding_; }
+    /// The position the next token of sequence b takes under rotary embeddings: how many of its
+    /// held tokens are not padding (Hugging Face's cumsum(attention_mask) - 1 of that token), so
+    /// that left padding shifts no position. size() for a sequence without padding.
+    Index position(Index b) const noexcept { return real_[static_cast<std::size_t>(b)]; }
 
     /// Forgets every token; the memory stays allocated.
     void clear() noexcept {
         size_ = 0;
         any_padding_ = false;
+        std::fill(real_.begin(), real_.end(), Index{0});
     }
     /// Keeps the first n tokens and forgets the others (to retry from an earlier position).
     void truncate(Index n) {
@@ -78,9 +88,11 @@ public:
                                    std::to_string(n));
         size_ = n;
         any_padding_ = false;
-        for (Index b = 0; b < B_ && !any_padding_; ++b) {
+        for (Index b = 0; b < B_; ++b) {
             const bool* flags = padding_.data() + b * capacity_;
-            any_padding_ = std::any_of(flags, flags + n, [](bool pad) { return pad; });
+            const auto pads = std::count(flags, flags + n, true);
+            real_[static_cast<std::size_t>(b)] = n - static_cast<Index>(pads);
+            any_padding_ = any_padding_ || pads > 0;
         }
     }
 
@@ -109,6 +121,7 @@ public:
                 const bool pad = padded && padding.data()[b * tokens + t];
                 padding_.data()[b * capacity_ + size_ + t] = pad;
                 any_padding_ = any_padding_ || pad;
+                if (!pad) ++real_[static_cast<std::size_t>(b)];
             }
         }
         size_ += tokens;
@@ -154,6 +167,7 @@ private:
     bool any_padding_ = false;  // some held token is padding (else the mask is skipped)
     Tensor<T> k_, v_;           // [B, Hkv, capacity, D]
     Tensor<bool> padding_;      // [B, capacity], true = padding
+    std::vector<Index> real_;   // [B]: held tokens of each sequence that are not padding
     detail::DecodeBuffers<T> scratch_;
 };
 

@@ -64,9 +64,10 @@ struct AttentionGradients {
 /// parameters, names, initialisation and semantics (batch_first = true):
 ///   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),  output = Concat(head_1..head_H) W^O + b^O.
 /// The projection (fused, separate, per_head) changes how Q, K, V are computed, never the result.
-/// forward, backward and decode run the same steps (detail/attention_pipeline.hpp): 1. project,
-/// 2. append the extra keys, 3. attend, 4. project out; backward walks them in reverse, decode
-/// projects the new tokens only and attends over the cache.
+/// forward, backward and decode run the same steps (detail/attention_pipeline.hpp): 1. project
+/// (1b. rotate Q and K when options.rotary is enabled), 2. append the extra keys, 3. attend,
+/// 4. project out; backward walks them in reverse, decode projects the new tokens only and
+/// attends over the cache.
 /// Follows the module contract (layers/module.hpp): parameters(), zero_grad(), state_dict(),
 /// load_state_dict(), grad_dict(), train()/eval().
 template <class T>
@@ -325,6 +326,7 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     const detail::AttentionParameters<const T> params = parameter_view();
 
     detail::project<T>(params, acts.inputs(), acts.projection);   // 1. Q, K, V
+    if (call.rotary.enabled) detail::rotate<T>(acts, layout_);    // 1b. RoPE(Q), RoPE(K)
     if (acts.appended()) detail::append_keys<T>(params, acts);    // 2. K', V'
     Tensor<T> weights = detail::attend<T>(acts, masks, layout_);  // 3. ctx (and the weights)
     AttentionForward<T> result;                                   // 4. ctx W_o^T + b_o
@@ -360,13 +362,15 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     const detail::AttentionParameters<const T> params = parameter_view();
     const detail::AttentionParameters<T> dparams = gradient_view();
 
-    // Forward's steps in reverse: 4. project out, 3. attend, 2. the extra keys, 1. project.
+    // Forward's steps in reverse: 4. project out, 3. attend, 2. the extra keys, 1b. rotate,
+    // 1. project.
     const Index BL = acts.call.geometry.B * acts.call.geometry.L;
     detail::project_out_backward<T>(params, dparams, acts.ctx(),
                                     grad_output.reshape(Shape{BL, layout_.E}).matrix(),
                                     grads.ctx());
     detail::attend_backward<T>(acts, grads, layout_);
     if (acts.appended()) detail::append_keys_backward<T>(dparams, grads);
+    if (acts.call.rotary.enabled) detail::rotate_backward<T>(acts, grads, layout_);
     // A self-attention gradient asked for once gathers the three inputs' into one tensor.
     detail::InputGradients which;
     which.combined = options.combine_self && acts.projection.plan().key.self;
@@ -464,10 +468,13 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
         options_.projection, layout_, detail::AttentionGeometry{B, Tn, Tn, Tn}, true, true});
     buffers.size(B * Tn, E, Tn == 1 ? layout_.group() : Tn, cache.capacity() + call.appended_keys,
                  layout_.D, call.appended_keys > 0, detail::max_threads());
+    if (options_.rotary.enabled) buffers.size_rotary(B * Tn, layout_.D);
     const detail::AttentionParameters<const T> params = parameter_view();
     const TensorView<const T> x = x_new.reshape(Shape{B * Tn, E});  // [B T, E]
 
     detail::project<T>(params, {x, x, x}, buffers.projection);  // 1. the new tokens only
+    if (options_.rotary.enabled)  // 1b. at their positions in their sequences
+        detail::rotate_new_tokens<T>(call, layout_, cache, key_padding, buffers);
     cache.append(  // the new keys and values join the cache
         Tn, [&](Index b, Index h) { return buffers.projection.block(detail::kKey, b, h); },
         [&](Index b, Index h) { return buffers.projection.block(detail::kValue, b, h); },

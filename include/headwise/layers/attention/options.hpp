@@ -6,6 +6,7 @@
 
 #include "../../config.hpp"
 #include "../../ops/blocked_attention.hpp"
+#include "../../ops/rope.hpp"
 #include "../../ops/score_mask.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
@@ -68,6 +69,28 @@ inline const char* to_string(AttentionKernel k) noexcept {
     return "unknown";
 }
 
+/// Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer"), as Llama-family models use
+/// them: each head's queries and keys are rotated pair by pair by the angle (m / scaling_factor)
+/// theta^(-2i / D), m the token's position, right after the in-projection, so that the scores
+/// q_m . k_n depend on m - n only. The values are not rotated. Positions: forward gives query i
+/// position i and key j position j (0..L-1 and 0..S-1, also for cross-attention, whatever the
+/// masks); decode gives a new token the number of non-padding tokens before it in its sequence,
+/// as Hugging Face's position_ids = cumsum(attention_mask) - 1, so that left padding shifts no
+/// position and the KV cache holds rotated keys. The appended bias_k and zero-attention keys are
+/// not rotated (they have no position).
+struct RotaryEmbedding {
+    bool enabled = false;  // off: no rotation, the fields below unused
+    /// Base of the frequencies theta_i = theta^(-2i / D) (Hugging Face's rope_theta); finite and
+    /// greater than 1.
+    double theta = 10000.0;
+    /// Which features form the rotated pairs: rotate_half (i, i + D/2), Hugging Face's Llama
+    /// convention, or interleaved (2i, 2i + 1), the RoFormer paper's and GPT-J's. D must be even.
+    RopeConvention convention = RopeConvention::rotate_half;
+    /// Linear scaling (position interpolation; Hugging Face's rope_scaling {"rope_type":
+    /// "linear", "factor": f}): positions are divided by it. Finite and at least 1.
+    double scaling_factor = 1.0;
+};
+
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
     Index embed_dim = 0;  // E
@@ -105,6 +128,9 @@ struct MultiheadAttentionOptions {
     // a few rows and keys so that short sequences cross tiles (the running-max rescale, tiles
     // the causal rule skips or cuts); a backward runs with the tiles of its forward.
     ops::AttentionTiles attention_tiles;
+
+    // Rotary position embeddings on the queries and keys (see RotaryEmbedding); off by default.
+    RotaryEmbedding rotary;
 };
 
 /// Everything optional that shapes one attention call. Boolean masks: `true` means *may not
