@@ -19,17 +19,21 @@
 
 namespace headwise {
 
-namespace detail {
+/// What SwiGLU::forward keeps for backward in training mode: the input and the two projections.
+/// Read only by the layer; users keep it inside SwiGLUForward.
 template <class T>
-struct SwiGLUSaved;
-}  // namespace detail
+struct SwiGLUActivations {
+    Tensor<T> x;     // the input, [..., E]
+    Tensor<T> gate;  // g = gate_proj(x), [..., I]
+    Tensor<T> up;    // u = up_proj(x), [..., I]
+};
 
 /// What SwiGLU::forward returns; keep it until backward (in training mode it holds what backward
 /// needs, in eval mode only the output).
 template <class T>
 struct SwiGLUForward {
     Tensor<T> output;  // the input's shape, [..., E]
-    std::shared_ptr<const detail::SwiGLUSaved<T>> saved;
+    std::shared_ptr<const SwiGLUActivations<T>> saved;
 
     bool differentiable() const noexcept { return saved != nullptr; }
 };
@@ -103,8 +107,8 @@ private:
     static Index checked(const char* argument, Index value);
     /// The record of `fwd`, checked to come from a training-mode forward of a SwiGLU of this
     /// module's sizes.
-    const detail::SwiGLUSaved<T>& saved_of(const SwiGLUForward<T>& fwd, const char* fn) const;
-    void backward_unchecked(const detail::SwiGLUSaved<T>& s, TensorView<const T> dy,
+    const SwiGLUActivations<T>& saved_of(const SwiGLUForward<T>& fwd, const char* fn) const;
+    void backward_unchecked(const SwiGLUActivations<T>& s, TensorView<const T> dy,
                             TensorView<T> dx);
 
     Index E_, I_;
@@ -114,18 +118,6 @@ private:
 };
 
 // ---- definitions ----------------------------------------------------------------------------
-
-namespace detail {
-
-/// What SwiGLU::forward keeps for backward (training mode).
-template <class T>
-struct SwiGLUSaved {
-    Tensor<T> x;     // the input, [..., E]
-    Tensor<T> gate;  // g = gate_proj(x), [..., I]
-    Tensor<T> up;    // u = up_proj(x), [..., I]
-};
-
-}  // namespace detail
 
 template <class T>
 Index SwiGLU<T>::checked(const char* argument, Index value) {
@@ -155,7 +147,7 @@ SwiGLU<T>::SwiGLU(Index hidden_size, Index intermediate_size, bool bias, uniniti
 template <class T>
 SwiGLUForward<T> SwiGLU<T>::forward(TensorView<const T> x) const {
     detail::check_last_dim("headwise::SwiGLU::forward", "input", x.shape(), E_);
-    auto s = std::make_shared<detail::SwiGLUSaved<T>>();
+    auto s = std::make_shared<SwiGLUActivations<T>>();
     // 1. g = gate_proj(x), u = up_proj(x)                                 [..., I] each
     s->gate = gate_proj_.forward(x);
     s->up = up_proj_.forward(x);
@@ -173,13 +165,12 @@ SwiGLUForward<T> SwiGLU<T>::forward(TensorView<const T> x) const {
 }
 
 template <class T>
-const detail::SwiGLUSaved<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd,
-                                                  const char* fn) const {
+const SwiGLUActivations<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd, const char* fn) const {
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: comes from a forward in eval mode, which saves "
                                     "nothing for backward; call train() before forward");
-    const detail::SwiGLUSaved<T>& s = *fwd.saved;
+    const SwiGLUActivations<T>& s = *fwd.saved;
     detail::check_last_dim(fn, "fwd (its input)", s.x.shape(), E_);
     detail::check_last_dim(fn, "fwd (its gate projection)", s.gate.shape(), I_);
     return s;
@@ -188,7 +179,7 @@ const detail::SwiGLUSaved<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd,
 template <class T>
 Tensor<T> SwiGLU<T>::backward(const SwiGLUForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::SwiGLU::backward";
-    const detail::SwiGLUSaved<T>& s = saved_of(fwd, fn);
+    const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     Tensor<T> dx(s.x.shape());  // [..., E], zero: backward_unchecked accumulates
     backward_unchecked(s, dy, dx);
@@ -199,14 +190,14 @@ template <class T>
 void SwiGLU<T>::backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy,
                               TensorView<T> dx) {
     constexpr const char* fn = "headwise::SwiGLU::backward_into";
-    const detail::SwiGLUSaved<T>& s = saved_of(fwd, fn);
+    const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     detail::check_shape(fn, "grad_input", dx.shape(), s.x.shape());
     backward_unchecked(s, dy, dx);
 }
 
 template <class T>
-void SwiGLU<T>::backward_unchecked(const detail::SwiGLUSaved<T>& s, TensorView<const T> dy,
+void SwiGLU<T>::backward_unchecked(const SwiGLUActivations<T>& s, TensorView<const T> dy,
                                    TensorView<T> dx) {
     const Index n = s.gate.numel();
     // Forward's steps in reverse.
