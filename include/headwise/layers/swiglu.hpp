@@ -49,9 +49,9 @@ struct SwiGLUForward {
 ///
 /// Saved activations: forward in training mode keeps the input and the two projections g =
 /// gate_proj(x) and u = up_proj(x) ([..., E] + 2 [..., I] elements); backward recomputes the
-/// gated hidden h = SiLU(g) ⊙ u from them (elementwise, against three GEMMs) rather than keeping
-/// it. The record is owned by the returned SwiGLUForward, so one module may run several forwards
-/// before their backwards.
+/// gated hidden h = SiLU(g) ⊙ u from them (one elementwise pass, cheap beside the block's three
+/// GEMMs) rather than keeping a fourth tensor. The record is owned by the returned SwiGLUForward,
+/// so one module may run several forwards before their backwards.
 template <class T>
 class SwiGLU : public Module<SwiGLU<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
