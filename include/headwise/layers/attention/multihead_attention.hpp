@@ -135,8 +135,11 @@ public:
     /// bias_k and zero-attention keys when the module has them. Feeding a sequence in chunks of
     /// any sizes gives the outputs of one forward(x, x, x) with is_causal in eval mode.
     /// `key_padding` [B, T] ([T]), true = padding, marks new tokens that no token may attend (see
-    /// KVCache). Everything is checked first (training mode, shapes, the cache's dimensions, room
-    /// for T tokens); on an error the cache is unchanged.
+    /// KVCache). With options.rotary, new token t of sequence b is rotated at position
+    /// cache.position(b) plus the non-padding new tokens before it, and its key enters the cache
+    /// rotated: padding shifts no real token's position, so a left-padded sequence decodes as it
+    /// would alone. Everything is checked first (training mode, shapes, the cache's dimensions,
+    /// room for T tokens); on an error the cache is unchanged.
     Tensor<T> decode(TensorView<const T> x_new, KVCache<T>& cache,
                      TensorView<const bool> key_padding = {});
     /// decode() writing into `out` (x_new's shape): allocates nothing once the cache's scratch
