@@ -7,6 +7,7 @@
 #include <string>   // std::string, std::to_string
 
 #include "config.hpp"
+#include "detail/tensor_index.hpp"
 #include "detail/tensor_like.hpp"
 #include "error.hpp"
 #include "shape.hpp"
@@ -39,26 +40,6 @@ Difference max_abs_diff(const X& a, const Y& b);
 /// differ. Throws shape_error unless the shapes match.
 template <class X, class Y, detail::require_tensors<X, Y> = 0>
 bool allclose(const X& a, const Y& b, double rtol = 1e-5, double atol = 1e-8);
-
-namespace detail {
-
-/// The row-major multi-index of flat index `flat` in `shape`: "[0, 2, 1]" ("[]" for rank 0).
-inline std::string index_string(const Shape& shape, Index flat) {
-    Index index[Shape::kMaxRank] = {};
-    for (int a = shape.rank() - 1; a >= 0; --a) {
-        const Index n = shape[a];
-        index[a] = n == 0 ? 0 : flat % n;
-        flat = n == 0 ? 0 : flat / n;
-    }
-    std::string s = "[";
-    for (int a = 0; a < shape.rank(); ++a) {
-        if (a) s += ", ";
-        s += std::to_string(index[a]);
-    }
-    return s + "]";
-}
-
-}  // namespace detail
 
 // ---- definitions ---------------------------------------------------------------------------
 

@@ -2,10 +2,10 @@
 // Index type, debug assertions and the scalar-type check shared by every header.
 #pragma once
 
-#include <cstddef>      // std::ptrdiff_t
-#include <cstdio>       // std::fprintf
-#include <cstdlib>      // std::abort
-#include <type_traits>  // std::is_same_v
+#include <cstddef>  // std::ptrdiff_t
+
+#include "detail/assert.hpp"
+#include "detail/scalar_traits.hpp"
 
 namespace headwise {
 
@@ -15,17 +15,6 @@ using Index = std::ptrdiff_t;
 /// Bytes of alignment of every tensor allocation: one cache line, one AVX-512 register.
 inline constexpr std::size_t kTensorAlignment = 64;
 
-namespace detail {
-
-template <class T>
-inline constexpr bool is_real_scalar_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
-
-[[noreturn]] inline void assert_fail(const char* expr, const char* file, int line) {
-    std::fprintf(stderr, "headwise: internal assertion failed: %s (%s:%d)\n", expr, file, line);
-    std::abort();
-}
-
-}  // namespace detail
 }  // namespace headwise
 
 /// Checks an internal invariant in debug builds; compiled out under NDEBUG. Argument and shape

@@ -4,10 +4,11 @@
 
 #include <algorithm>  // std::fill_n
 #include <cmath>      // std::sqrt
-#include <sstream>    // std::ostringstream
 #include <string>     // std::string
 
 #include "config.hpp"
+#include "detail/number_string.hpp"
+#include "detail/weight_fans.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "shape.hpp"
@@ -76,26 +77,9 @@ void zeros_(Tensor<T>& w) {
 
 // ---- definitions ----------------------------------------------------------------------------
 
-namespace detail {
-
-inline Fans fans_for(const char* function, const Shape& shape) {
-    if (shape.rank() < 2)
-        throw shape_error(function, "tensor", "[out, in, ...] (rank >= 2)", shape);
-    Index receptive_field = 1;  // product of the kernel extents of a convolution weight
-    for (int axis = 2; axis < shape.rank(); ++axis) receptive_field *= shape[axis];
-    return Fans{shape[1] * receptive_field, shape[0] * receptive_field};
-}
-
-inline std::string format_double(double value) {
-    std::ostringstream os;
-    os << value;
-    return os.str();
-}
-
-}  // namespace detail
-
 inline Fans fan_in_and_fan_out(const Shape& shape) {
-    return detail::fans_for("headwise::fan_in_and_fan_out", shape);
+    const auto [in, out] = detail::weight_fans("headwise::fan_in_and_fan_out", shape);
+    return Fans{in, out};
 }
 
 template <class T, class Rng>
@@ -103,30 +87,30 @@ void uniform_(TensorView<T> w, double lo, double hi, Rng& rng) {
     HEADWISE_STATIC_ASSERT_REAL(T);
     if (!(lo <= hi))  // also rejects NaN
         throw_invalid_argument("headwise::uniform_", "hi",
-                               "must be >= lo = " + detail::format_double(lo),
-                               detail::format_double(hi));
+                               "must be >= lo = " + detail::number_string(lo),
+                               detail::number_string(hi));
     T* data = w.data();
     for (Index i = 0; i < w.numel(); ++i) data[i] = static_cast<T>(uniform_scalar(rng, lo, hi));
 }
 
 template <class T, class Rng>
 void kaiming_uniform_(TensorView<T> w, double a, Rng& rng) {
-    const Fans fans = detail::fans_for("headwise::kaiming_uniform_", w.shape());
+    const auto [fan_in, fan_out] = detail::weight_fans("headwise::kaiming_uniform_", w.shape());
     if (w.numel() == 0) return;  // nothing to draw; fan_in may be 0
     // Var(w) = gain^2 / fan_in keeps the forward activations' variance constant (He et al. 2015,
     // Eq. 10); U(-bound, bound) has variance bound^2 / 3.
     const double gain = std::sqrt(2.0 / (1.0 + a * a));
-    const double bound = gain * std::sqrt(3.0 / static_cast<double>(fans.in));
+    const double bound = gain * std::sqrt(3.0 / static_cast<double>(fan_in));
     uniform_(w, -bound, bound, rng);
 }
 
 template <class T, class Rng>
 void xavier_uniform_(TensorView<T> w, Rng& rng, double gain) {
-    const Fans fans = detail::fans_for("headwise::xavier_uniform_", w.shape());
+    const auto [fan_in, fan_out] = detail::weight_fans("headwise::xavier_uniform_", w.shape());
     if (w.numel() == 0) return;
     // Var(w) = gain^2 * 2 / (fan_in + fan_out) balances forward and backward variance (Glorot &
     // Bengio 2010, Eq. 12); U(-bound, bound) has variance bound^2 / 3.
-    const double bound = gain * std::sqrt(6.0 / static_cast<double>(fans.in + fans.out));
+    const double bound = gain * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
     uniform_(w, -bound, bound, rng);
 }
 

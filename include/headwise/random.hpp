@@ -13,6 +13,8 @@
 #include <type_traits>  // std::false_type, std::true_type, std::void_t
 #include <vector>       // std::vector
 
+#include "detail/rng_traits.hpp"
+
 namespace headwise {
 
 /// The generator type used throughout: a standard 64-bit Mersenne twister, always passed
@@ -51,13 +53,6 @@ template <class Rng>
 bool bernoulli(Rng& rng, double p) {
     return uniform01(rng) < p;
 }
-
-namespace detail {
-template <class Rng, class = void>
-struct has_state_size : std::false_type {};
-template <class Rng>
-struct has_state_size<Rng, std::void_t<decltype(Rng::state_size)>> : std::true_type {};
-}  // namespace detail
 
 /// The whole state of a standard engine as integers (for mt19937_64, its 312 state words and its
 /// position), so that a training run can save where its generators are and continue from there:

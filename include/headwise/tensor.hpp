@@ -18,6 +18,9 @@
 #include <vector>       // std::vector
 
 #include "config.hpp"
+#include "detail/aligned_delete.hpp"
+#include "detail/tensor_index.hpp"
+#include "detail/tensor_print.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "shape.hpp"
@@ -52,106 +55,6 @@ using ConstMatrixRef = Eigen::Ref<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 /// (rows contiguous, any row stride); anything else does not compile.
 template <class T>
 using MatrixRef = Eigen::Ref<RowMatrix<T>, 0, Eigen::OuterStride<>>;
-
-namespace detail {
-
-template <class... I>
-inline constexpr bool all_integral_v = (std::is_integral_v<I> && ...);
-
-/// Whether `count` indices address an element of `shape`: one index per axis, each in
-/// [0, extent).
-inline bool index_in_range(const Shape& shape, const Index* index, int count) noexcept {
-    if (count != shape.rank()) return false;
-    for (int a = 0; a < count; ++a)
-        if (index[a] < 0 || index[a] >= shape[a]) return false;
-    return true;
-}
-
-/// What is wrong with a multi-index that index_in_range rejects, for `function`'s message: the
-/// count of indices against the rank, or the first index out of range, with the shape.
-inline std::string index_error(const char* function, const Shape& shape, const Index* index,
-                               int count) {
-    const std::string head = std::string(function) + ": ";
-    if (count != shape.rank())
-        return head + std::to_string(count) + (count == 1 ? " index" : " indices") +
-               " for a tensor of rank " + std::to_string(shape.rank()) + " (shape " + shape.str() +
-               ")";
-    for (int a = 0; a < count; ++a)
-        if (index[a] < 0 || index[a] >= shape[a])
-            return head + "index " + std::to_string(index[a]) + " of dimension " +
-                   std::to_string(a) + " is out of range for shape " + shape.str();
-    return head + "index in range";  // not reached for a rejected index
-}
-
-/// Row-major offset of a multi-index. Unchecked under NDEBUG, as std::vector::operator[]; in
-/// debug builds an index out of range stops the program with a message naming the index and
-/// the shape.
-template <class... I>
-Index offset_of(const char* function, const Shape& shape, I... idx) {
-    constexpr int count = static_cast<int>(sizeof...(I));
-    const Index index[sizeof...(I) + 1] = {static_cast<Index>(idx)..., 0};  // +1: rank 0 too
-#ifndef NDEBUG
-    if (!index_in_range(shape, index, count))
-        assert_fail(index_error(function, shape, index, count).c_str(), __FILE__, __LINE__);
-#else
-    static_cast<void>(function);
-#endif
-    Index off = 0;
-    for (int a = 0; a < count; ++a) off = off * shape[a] + index[a];
-    return off;
-}
-
-/// Row-major offset of a multi-index, checked in every build: throws std::out_of_range naming
-/// the index and the shape (or the count of indices and the rank).
-template <class... I>
-Index checked_offset_of(const char* function, const Shape& shape, I... idx) {
-    constexpr int count = static_cast<int>(sizeof...(I));
-    const Index index[sizeof...(I) + 1] = {static_cast<Index>(idx)..., 0};  // +1: rank 0 too
-    if (!index_in_range(shape, index, count))
-        throw std::out_of_range(index_error(function, shape, index, count));
-    Index off = 0;
-    for (int a = 0; a < count; ++a) off = off * shape[a] + index[a];
-    return off;
-}
-
-template <class T>
-void print_tensor(std::ostream& os, const T* data, const Shape& shape) {
-    os << "tensor" << shape.str() << " ";
-    if (shape.rank() == 0) {
-        os << +data[0];
-        return;
-    }
-    // Recursive nested brackets, outermost axis first.
-    struct Printer {
-        std::ostream& os;
-        const Shape& shape;
-        const T* data;
-        Index print(int axis, Index offset) const {
-            os << '[';
-            const Index n = shape[axis];
-            Index inner = 1;
-            for (int a = axis + 1; a < shape.rank(); ++a) inner *= shape[a];
-            for (Index i = 0; i < n; ++i) {
-                if (i) os << (axis + 1 == shape.rank() ? ", " : ",\n");
-                if (axis + 1 == shape.rank())
-                    os << +data[offset + i];
-                else
-                    print(axis + 1, offset + i * inner);
-            }
-            os << ']';
-            return 0;
-        }
-    };
-    Printer{os, shape, data}.print(0, 0);
-}
-
-struct AlignedDelete {
-    void operator()(void* p) const noexcept {
-        ::operator delete (p, std::align_val_t{kTensorAlignment});
-    }
-};
-
-}  // namespace detail
 
 template <class T>
 class Tensor;

@@ -450,7 +450,7 @@ TEST_CASE("a save_npy that fails part way leaves the previous file byte-identica
          {std::size_t{0}, std::size_t{64}, std::size_t{100000}, std::size_t{160127}}) {
         CAPTURE(budget);
         REQUIRE_THROWS_MATCHES(
-            headwise::detail::npy::save<double>(path, next.view(), FillingDevice{budget, 5000}),
+            headwise::io::detail::npy::save<double>(path, next.view(), FillingDevice{budget, 5000}),
             std::runtime_error,
             Message("headwise::save_npy: " + path + ": write failed after " +
                     std::to_string(budget) +
@@ -459,7 +459,7 @@ TEST_CASE("a save_npy that fails part way leaves the previous file byte-identica
         REQUIRE(listing(dir.path()) == std::vector<std::string>{"t.npy"});
     }
     // Short writes alone are no failure.
-    headwise::detail::npy::save<double>(path, next.view(), FillingDevice{~std::size_t{0}, 999});
+    headwise::io::detail::npy::save<double>(path, next.view(), FillingDevice{~std::size_t{0}, 999});
     require_identical(headwise::load_npy<double>(path), next);
     REQUIRE(read_bytes(path).size() == 160128);
     REQUIRE(listing(dir.path()) == std::vector<std::string>{"t.npy"});

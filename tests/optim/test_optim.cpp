@@ -109,7 +109,7 @@ TEMPLATE_TEST_CASE("Adam and AdamW match torch.optim step for step, state includ
     o.eps = c.number("eps");
     o.weight_decay = c.number("weight_decay");
     o.amsgrad = c.number("amsgrad") != 0;
-    std::unique_ptr<detail::AdamBase<T>> opt;
+    std::unique_ptr<headwise::AdamBase<T>> opt;
     if (c.text("kind") == "adamw")
         opt = std::make_unique<AdamW<T>>(params.views(), o);
     else

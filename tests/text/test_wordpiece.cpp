@@ -220,13 +220,13 @@ TEST_CASE("BertTokenizer: every code point, against a sweep of tokenizers (optio
         const auto bar = line.find('|');
         const std::string cp = line.substr(0, bar);
         std::string text = "a";
-        headwise::text::detail::append_utf8(text,
+        headwise::detail::append_utf8(text,
                                             static_cast<std::int32_t>(std::stol(cp, nullptr, 16)));
         text += "b";
         std::string got;
         for (const std::string& w : tok->basic_tokenize(text)) {
             std::u32string cps;
-            headwise::text::detail::decode_utf8("sweep", w, 0, cps);
+            headwise::detail::decode_utf8("sweep", w, 0, cps);
             std::string hex;
             for (char32_t c : cps) {
                 char buf[16];

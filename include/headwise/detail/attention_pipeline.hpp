@@ -6,6 +6,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>    // std::max
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <type_traits>  // std::remove_const_t
@@ -121,7 +122,7 @@ void rotate_blocks(ProjectionBuffers<T>& y, const InProjLayout& layout, Index B,
                    RopeConvention convention, bool backward, ConstMatrixRef<T> Cos,
                    ConstMatrixRef<T> Sin, FirstRow first_row) {
     const Index H = layout.H, Hkv = layout.kv_heads;
-    parallel_for(B * (H + Hkv), [&](Index task, int) {
+    const auto rotate_block = [&](Index task) {
         const Index b = task / (H + Hkv), head = task % (H + Hkv);
         const StridedMatrixMap<T> X =  // [rows, D]: Q_bh, or K_bh of key/value head head - H
             head < H ? y.block(kQuery, b, head) : y.block(kKey, b, head - H);
@@ -132,7 +133,15 @@ void rotate_blocks(ProjectionBuffers<T>& y, const InProjLayout& layout, Index B,
         else
             ops::rope_forward<T>(X, Cos.middleRows(r0, rows), Sin.middleRows(r0, rows), convention,
                                  X);
-    });
+    };
+    // A pass over memory: threads only when each gets kParallelGrain elements (a decode step's
+    // few rows stay on the calling thread).
+    const AttentionGeometry& g = y.plan().key.g;
+    const Index per_block = std::max<Index>(1, std::max(g.L, g.S) * layout.D);
+    parallel_blocks(B * (H + Hkv), std::max<Index>(1, kParallelGrain / per_block),
+                    [&](Index first, Index count) {
+                        for (Index task = first; task < first + count; ++task) rotate_block(task);
+                    });
 }
 
 /// Step 1b of a forward call: query i at position i, key j at position j (tables of positions

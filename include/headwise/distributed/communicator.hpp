@@ -22,15 +22,10 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
-namespace headwise::distributed {
+#include "detail/mpi.hpp"
+#include "mpi_error.hpp"
 
-/// An MPI call that returned an error (with an error handler that returns errors instead of
-/// aborting, which MPI_COMM_WORLD's default does). `what()` names the headwise function, the MPI
-/// call and MPI's own description of the error.
-class mpi_error : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
+namespace headwise::distributed {
 
 /// The processes of one MPI communicator (MPI_COMM_WORLD by default), with their rank and count,
 /// and the collectives used for data parallelism: in-place sums and maxima, broadcasts from a
@@ -100,43 +95,6 @@ private:
 };
 
 // ---- definitions -----------------------------------------------------------------------------
-
-namespace detail {
-
-/// The MPI datatype of E.
-template <class E>
-MPI_Datatype mpi_type() {
-    if constexpr (std::is_same_v<E, float>)
-        return MPI_FLOAT;
-    else if constexpr (std::is_same_v<E, double>)
-        return MPI_DOUBLE;
-    else if constexpr (std::is_same_v<E, int>)
-        return MPI_INT;
-    else if constexpr (std::is_same_v<E, std::uint64_t>)
-        return MPI_UINT64_T;
-    else if constexpr (std::is_same_v<E, char>)
-        return MPI_CHAR;
-    else
-        static_assert(std::is_same_v<E, float>,
-                      "headwise::distributed: elements must be float, double, int, "
-                      "std::uint64_t or char");
-}
-
-/// Throws mpi_error unless `rc` is MPI_SUCCESS.
-inline void check_mpi(int rc, const char* fn, const char* call) {
-    if (rc == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
-    throw mpi_error(std::string(fn) + ": " + call + " failed: " +
-                    (length > 0 ? std::string(text, static_cast<std::size_t>(length))
-                                : "MPI error " + std::to_string(rc)));
-}
-
-/// MPI counts are int: at most this many elements per call.
-inline constexpr std::size_t kMaxCount = static_cast<std::size_t>(INT_MAX);
-
-}  // namespace detail
 
 inline Communicator::Communicator(MPI_Comm comm) : comm_(comm) {
     constexpr const char* fn = "headwise::distributed::Communicator::Communicator";

@@ -8,6 +8,7 @@
 #include <utility>    // std::forward
 
 #include "communicator.hpp"  // and <mpi.h>, without MPI's C++ bindings
+#include "detail/abort_job.hpp"
 
 namespace headwise::distributed {
 
@@ -59,20 +60,6 @@ inline Environment::~Environment() {
     MPI_Finalized(&finalised);
     if (!finalised) MPI_Finalize();
 }
-
-namespace detail {
-
-/// Prints why this rank stops and ends the job (Communicator::abort).
-[[noreturn]] inline void abort_job(const Communicator& world, const std::string& why, int status) {
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "headwise::distributed::run: rank %d of %d: %s; aborting the job (MPI_Abort)\n",
-                 world.rank(), world.size(), why.c_str());
-    std::fflush(stderr);
-    world.abort(status);
-}
-
-}  // namespace detail
 
 template <class Body>
 int run(int& argc, char**& argv, Body&& body) {

@@ -9,6 +9,7 @@
 
 #include "../ops/dropout.hpp"
 #include "../random.hpp"
+#include "detail/module_walk.hpp"
 
 namespace headwise::distributed {
 
@@ -24,17 +25,6 @@ template <class Module>
 void seed_random_streams(Module& module, std::uint64_t seed, int rank);
 
 // ---- definitions -----------------------------------------------------------------------------
-
-namespace detail {
-
-/// Visits each counter and generator of `m` and its children in random_state() order.
-template <class M, class Visit>
-void visit_random_streams(M& m, Visit& visit) {
-    M::visit_random_state(m, visit);
-    M::visit_children(m, [&](auto& child) { visit_random_streams(child, visit); });
-}
-
-}  // namespace detail
 
 template <class Module>
 void seed_random_streams(Module& module, std::uint64_t seed, int rank) {

@@ -84,6 +84,44 @@ public:
     }
 
 private:
+    static Shape checked_shape(Index num_embeddings, Index embedding_dim) {
+        constexpr const char* fn = "headwise::Embedding::Embedding";
+        if (num_embeddings <= 0)
+            throw_invalid_argument(fn, "num_embeddings", "must be positive",
+                                   std::to_string(num_embeddings));
+        if (embedding_dim <= 0)
+            throw_invalid_argument(fn, "embedding_dim", "must be positive",
+                                   std::to_string(embedding_dim));
+        return Shape{num_embeddings, embedding_dim};
+    }
+
+    /// padding_idx checked against num_embeddings and made non-negative, as torch does.
+    static std::optional<Index> checked_padding_idx(Index num_embeddings,
+                                                        std::optional<Index> padding_idx) {
+        if (!padding_idx) return std::nullopt;
+        const Index p = *padding_idx;
+        if (p < -num_embeddings || p >= num_embeddings)
+            throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
+                                   "must be in [-" + std::to_string(num_embeddings) + ", " +
+                                       std::to_string(num_embeddings) + ")",
+                                   std::to_string(p));
+        return p < 0 ? p + num_embeddings : p;
+    }
+
+    /// The output shape [..., E] of indices [...]; throws shape_error naming `fn` when the indices
+    /// have the largest rank, so that the output would have one axis too many.
+    static Shape output_shape(const char* fn, const Shape& indices, Index E) {
+        constexpr int max_rank = Shape::kMaxRank - 1;
+        if (indices.rank() > max_rank)
+            throw shape_error(fn, "indices",
+                              "of rank at most " + std::to_string(max_rank) +
+                                  " (the output adds the embedding axis, and a tensor has at most " +
+                                  std::to_string(Shape::kMaxRank) + ")",
+                              indices);
+        std::vector<Index> dims = indices.to_vector();
+        dims.push_back(E);
+        return Shape(dims);
+    }
     void check_indices(const char* fn, TensorView<const std::int64_t> indices) const;
     /// The gradient buffer, allocated (zero) if it is not yet.
     Tensor<T>& grad() const {
@@ -100,54 +138,13 @@ private:
 
 // ---- definitions ----------------------------------------------------------------------------
 
-namespace detail {
-inline Shape embedding_shape(Index num_embeddings, Index embedding_dim) {
-    constexpr const char* fn = "headwise::Embedding::Embedding";
-    if (num_embeddings <= 0)
-        throw_invalid_argument(fn, "num_embeddings", "must be positive",
-                               std::to_string(num_embeddings));
-    if (embedding_dim <= 0)
-        throw_invalid_argument(fn, "embedding_dim", "must be positive",
-                               std::to_string(embedding_dim));
-    return Shape{num_embeddings, embedding_dim};
-}
-
-/// padding_idx checked against num_embeddings and made non-negative, as torch does.
-inline std::optional<Index> embedding_padding_idx(Index num_embeddings,
-                                                  std::optional<Index> padding_idx) {
-    if (!padding_idx) return std::nullopt;
-    const Index p = *padding_idx;
-    if (p < -num_embeddings || p >= num_embeddings)
-        throw_invalid_argument("headwise::Embedding::Embedding", "padding_idx",
-                               "must be in [-" + std::to_string(num_embeddings) + ", " +
-                                   std::to_string(num_embeddings) + ")",
-                               std::to_string(p));
-    return p < 0 ? p + num_embeddings : p;
-}
-
-/// The output shape [..., E] of indices [...]; throws shape_error naming `fn` when the indices
-/// have the largest rank, so that the output would have one axis too many.
-inline Shape embedding_output_shape(const char* fn, const Shape& indices, Index E) {
-    constexpr int max_rank = Shape::kMaxRank - 1;
-    if (indices.rank() > max_rank)
-        throw shape_error(fn, "indices",
-                          "of rank at most " + std::to_string(max_rank) +
-                              " (the output adds the embedding axis, and a tensor has at most " +
-                              std::to_string(Shape::kMaxRank) + ")",
-                          indices);
-    std::vector<Index> dims = indices.to_vector();
-    dims.push_back(E);
-    return Shape(dims);
-}
-}  // namespace detail
-
 template <class T>
 template <class Rng>
 Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
                         Rng& rng)
-    : weight_(detail::embedding_shape(num_embeddings, embedding_dim)),
+    : weight_(checked_shape(num_embeddings, embedding_dim)),
       grad_weight_(Shape{num_embeddings, embedding_dim}) {
-    padding_idx_ = detail::embedding_padding_idx(num_embeddings, padding_idx);
+    padding_idx_ = checked_padding_idx(num_embeddings, padding_idx);
     for (Index i = 0; i < weight_.numel(); ++i) weight_.data()[i] = static_cast<T>(normal(rng));
     if (padding_idx_)
         std::fill_n(weight_.data() + *padding_idx_ * embedding_dim, embedding_dim, T(0));
@@ -156,9 +153,9 @@ Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional
 template <class T>
 Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
                         uninitialized_t)
-    : weight_(Tensor<T>::uninitialized(detail::embedding_shape(num_embeddings, embedding_dim))),
+    : weight_(Tensor<T>::uninitialized(checked_shape(num_embeddings, embedding_dim))),
       grad_weight_(Shape{0, 0}) {
-    padding_idx_ = detail::embedding_padding_idx(num_embeddings, padding_idx);
+    padding_idx_ = checked_padding_idx(num_embeddings, padding_idx);
 }
 
 template <class T>
@@ -177,7 +174,7 @@ template <class T>
 Tensor<T> Embedding<T>::forward(TensorView<const std::int64_t> indices) const {
     constexpr const char* fn = "headwise::Embedding::forward";
     const Index E = embedding_dim();
-    const Shape s = detail::embedding_output_shape(fn, indices.shape(), E);
+    const Shape s = output_shape(fn, indices.shape(), E);
     check_indices(fn, indices);
     Tensor<T> out = Tensor<T>::uninitialized(s);  // [..., E]
     for (Index i = 0; i < indices.numel(); ++i)
@@ -189,7 +186,7 @@ template <class T>
 void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::Embedding::backward";
     const Index E = embedding_dim();
-    const Shape s = detail::embedding_output_shape(fn, indices.shape(), E);
+    const Shape s = output_shape(fn, indices.shape(), E);
     detail::check_shape(fn, "grad_output", dy.shape(), s);
     check_indices(fn, indices);
     grad();

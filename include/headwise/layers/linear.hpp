@@ -105,6 +105,13 @@ public:
     }
 
 private:
+    /// `value` if it is positive; otherwise throws naming the constructor and `argument`.
+    static Index checked_features(const char* argument, Index value) {
+        if (value <= 0)
+            throw_invalid_argument("headwise::Linear::Linear", argument, "must be positive",
+                                   std::to_string(value));
+        return value;
+    }
     Shape output_shape(const Shape& input) const {
         Shape s = input;
         s[s.rank() - 1] = out_features_;
@@ -134,22 +141,11 @@ private:
 
 // ---- definitions ----------------------------------------------------------------------------
 
-namespace detail {
-
-inline Index checked_features(const char* argument, Index value) {
-    if (value <= 0)
-        throw_invalid_argument("headwise::Linear::Linear", argument, "must be positive",
-                               std::to_string(value));
-    return value;
-}
-
-}  // namespace detail
-
 template <class T>
 template <class Rng>
 Linear<T>::Linear(Index in_features, Index out_features, bool bias, Rng& rng)
-    : in_features_(detail::checked_features("in_features", in_features)),
-      out_features_(detail::checked_features("out_features", out_features)),
+    : in_features_(checked_features("in_features", in_features)),
+      out_features_(checked_features("out_features", out_features)),
       has_bias_(bias),
       weight_(Shape{out_features, in_features}),
       bias_(Shape{bias ? out_features : 0}),
@@ -164,8 +160,8 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, Rng& rng)
 
 template <class T>
 Linear<T>::Linear(Index in_features, Index out_features, bool bias, uninitialized_t)
-    : in_features_(detail::checked_features("in_features", in_features)),
-      out_features_(detail::checked_features("out_features", out_features)),
+    : in_features_(checked_features("in_features", in_features)),
+      out_features_(checked_features("out_features", out_features)),
       has_bias_(bias),
       weight_(Tensor<T>::uninitialized(Shape{out_features, in_features})),
       bias_(Tensor<T>::uninitialized(Shape{bias ? out_features : 0})),

@@ -53,17 +53,26 @@ struct TransformerEncoderLayerOptions {
     Projection projection = Projection::fused;
 };
 
-namespace detail {
+/// What TransformerEncoderLayer::forward keeps for backward in training mode: the inputs of
+/// each step. Read only by the layer; users keep it inside TransformerEncoderLayerForward.
 template <class T>
-struct EncoderSaved;
-}  // namespace detail
+struct TransformerEncoderLayerActivations {
+    Tensor<T> x;                           // the input
+    AttentionForward<T> attn;              // self-attention (its own saved state)
+    DropoutForward<T> drop1, drop2, drop;  // dropout1, dropout2 (streams), FFN dropout (its output
+                                           // is linear2's input)
+    Tensor<T> norm1_in;                    // post-norm: x + sa(x); pre-norm: x
+    Tensor<T> norm2_in;                    // post-norm: y1 + ff(y1); pre-norm: h = x + sa(norm1(x))
+    Tensor<T> ff_in;                       // linear1's input: norm1's output (post), norm2's (pre)
+    Tensor<T> hidden;                      // linear1's output, the activation's input
+};
 
 /// What TransformerEncoderLayer::forward returns; keep it until backward (in training mode it
 /// holds the intermediates backward needs; in eval mode only the output).
 template <class T>
 struct TransformerEncoderLayerForward {
     Tensor<T> output;  // the input's shape, [B, L, E] or [L, E]
-    std::shared_ptr<const detail::EncoderSaved<T>> saved;
+    std::shared_ptr<const TransformerEncoderLayerActivations<T>> saved;
 
     bool differentiable() const noexcept { return saved != nullptr; }
 };
@@ -144,30 +153,14 @@ private:
     Linear<T> linear1_, linear2_;
     LayerNorm<T> norm1_, norm2_;
     Dropout<T> dropout_, dropout1_, dropout2_;
+
+    /// The seed of child `child` (0: the weights' generator, 1: self_attn, 2-4: the dropouts).
+    static std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcept {
+        return ops::Dropout::stream_seed(seed, child);
+    }
 };
 
 // ---- definitions ----------------------------------------------------------------------------
-
-namespace detail {
-
-/// What forward keeps for backward (training mode).
-template <class T>
-struct EncoderSaved {
-    Tensor<T> x;                           // the input
-    AttentionForward<T> attn;              // self-attention (its own saved state)
-    DropoutForward<T> drop1, drop2, drop;  // dropout1, dropout2 (streams), FFN dropout (its output
-                                           // is linear2's input)
-    Tensor<T> norm1_in;                    // post-norm: x + sa(x); pre-norm: x
-    Tensor<T> norm2_in;                    // post-norm: y1 + ff(y1); pre-norm: h = x + sa(norm1(x))
-    Tensor<T> ff_in;                       // linear1's input: norm1's output (post), norm2's (pre)
-    Tensor<T> hidden;                      // linear1's output, the activation's input
-};
-
-inline std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcept {
-    return ops::Dropout::stream_seed(seed, child);
-}
-
-}  // namespace detail
 
 template <class T>
 template <class Self, class Visit>
@@ -221,15 +214,15 @@ MultiheadAttentionOptions TransformerEncoderLayer<T>::attention_options(const Op
 template <class T>
 TransformerEncoderLayer<T>::TransformerEncoderLayer(const Options& options, std::uint64_t seed)
     : options_(checked(options)),
-      rng_(detail::child_seed(seed, 0)),
-      self_attn_(attention_options(options), detail::child_seed(seed, 1)),
+      rng_(child_seed(seed, 0)),
+      self_attn_(attention_options(options), child_seed(seed, 1)),
       linear1_(options.d_model, options.dim_feedforward, true, rng_),
       linear2_(options.dim_feedforward, options.d_model, true, rng_),
       norm1_(options.d_model, options.layer_norm_eps),
       norm2_(options.d_model, options.layer_norm_eps),
-      dropout_(options.dropout, detail::child_seed(seed, 2)),
-      dropout1_(options.dropout, detail::child_seed(seed, 3)),
-      dropout2_(options.dropout, detail::child_seed(seed, 4)) {}
+      dropout_(options.dropout, child_seed(seed, 2)),
+      dropout1_(options.dropout, child_seed(seed, 3)),
+      dropout2_(options.dropout, child_seed(seed, 4)) {}
 
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::activate(const Tensor<T>& x) const {
@@ -261,7 +254,7 @@ TransformerEncoderLayerForward<T> TransformerEncoderLayer<T>::forward(
                           "[B, L, " + std::to_string(options_.d_model) + "] or [L, " +
                               std::to_string(options_.d_model) + "]",
                           x.shape());
-    auto s = std::make_shared<detail::EncoderSaved<T>>();
+    auto s = std::make_shared<TransformerEncoderLayerActivations<T>>();
     const bool keep = this->is_training();
     auto add = [](TensorView<const T> a, TensorView<const T> b) {
         Tensor<T> c = Tensor<T>::uninitialized(a.shape());  // [..., E]
@@ -309,7 +302,7 @@ Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForw
                                     ": fwd: comes from a forward in eval mode, which saves "
                                     "nothing for backward; call train() before forward");
     detail::check_shape(fn, "grad_output", dy.shape(), fwd.output.shape());
-    const detail::EncoderSaved<T>& s = *fwd.saved;
+    const TransformerEncoderLayerActivations<T>& s = *fwd.saved;
 
     // ff(z) backward: dz = d ff / dz applied to d_ff, parameters' gradients accumulated.
     auto feed_forward_backward = [&](TensorView<const T> d_ff, TensorView<T> dz) {

@@ -21,6 +21,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <vector>     // std::vector
 
 #include "../config.hpp"
+#include "../detail/json_file.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
@@ -202,25 +203,9 @@ private:
 
 // ---- definitions ----------------------------------------------------------------------------
 
-namespace detail {
-
-inline nlohmann::json read_json_object(const char* fn, const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error(std::string(fn) + ": " + path + ": cannot open the file");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded())
-        throw std::runtime_error(std::string(fn) + ": " + path + ": not valid JSON");
-    if (!j.is_object())
-        throw std::runtime_error(std::string(fn) + ": " + path + ": expected a JSON object");
-    return j;
-}
-
-}  // namespace detail
-
 inline BertConfig BertConfig::from_json_file(const std::string& path) {
     constexpr const char* fn = "headwise::models::BertConfig::from_json_file";
-    const nlohmann::json j = detail::read_json_object(fn, path);
+    const nlohmann::json j = headwise::detail::read_json_file(fn, path);
     const auto fail = [&](const std::string& key, const std::string& what) {
         throw std::runtime_error(std::string(fn) + ": " + path + ": " + key + ": " + what);
     };

@@ -17,6 +17,7 @@
 #include <vector>      // std::vector
 
 #include "../config.hpp"
+#include "../detail/json_file.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -101,7 +102,7 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
     SentenceEmbeddingConfig c;
     const std::string bert_config = base + "sentence_bert_config.json";
     if (exists(bert_config)) {
-        const nlohmann::json j = detail::read_json_object(fn, bert_config);
+        const nlohmann::json j = headwise::detail::read_json_file(fn, bert_config);
         if (const auto it = j.find("max_seq_length"); it != j.end() && !it->is_null()) {
             if (!it->is_number_integer() || it->get<std::int64_t>() < 2)
                 throw std::runtime_error(std::string(fn) + ": " + bert_config +
@@ -136,7 +137,7 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
         } else if (type == "sentence_transformers.models.Pooling") {
             pooling = true;
             const std::string pool_config = base + (path.empty() ? "" : path + "/") + "config.json";
-            const nlohmann::json p = detail::read_json_object(fn, pool_config);
+            const nlohmann::json p = headwise::detail::read_json_file(fn, pool_config);
             auto on = [&](const char* key) {
                 const auto it = p.find(key);
                 return it != p.end() && *it == true;

@@ -41,9 +41,8 @@ struct AdamState {
     Tensor<T> max_exp_avg_sq;  // max over steps of v (AMSGrad only; else empty)
 };
 
-namespace detail {
-
-/// Adam (Kingma and Ba 2015, Algorithm 1) as torch.optim's single-tensor implementation (1.13),
+/// What Adam and AdamW share (construct one of those; the constructor is theirs): Adam (Kingma
+/// and Ba 2015, Algorithm 1) as torch.optim's single-tensor implementation (1.13),
 /// step t of parameter p with gradient g:
 ///   p = p (1 - lr wd)                                   (decoupled: AdamW, Loshchilov and Hutter)
 ///   g = g + wd p                                        (coupled: Adam)
@@ -73,7 +72,7 @@ public:
     const AdamOptions& options() const noexcept { return options_; }
     /// Changes the learning rate (for a schedule); throws for a negative or non-finite value.
     void set_lr(double lr) {
-        check_hyper(decoupled_ ? "headwise::AdamW::set_lr" : "headwise::Adam::set_lr", "lr", lr);
+        detail::check_hyper(decoupled_ ? "headwise::AdamW::set_lr" : "headwise::Adam::set_lr", "lr", lr);
         options_.lr = lr;
     }
     const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
@@ -107,42 +106,38 @@ private:
     std::vector<AdamState<T>> state_;
 };
 
-}  // namespace detail
-
 /// torch.optim.Adam: weight decay added to the gradient (an L2 penalty).
 template <class T>
-class Adam : public detail::AdamBase<T> {
+class Adam : public AdamBase<T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
 
 public:
     /// Throws std::invalid_argument for a negative or non-finite lr, eps or weight_decay, or a
     /// beta outside [0, 1).
     Adam(std::vector<Parameter<T>> parameters, const AdamOptions& options = {})
-        : detail::AdamBase<T>("headwise::Adam::Adam", std::move(parameters), options, false) {}
+        : AdamBase<T>("headwise::Adam::Adam", std::move(parameters), options, false) {}
 };
 
 /// torch.optim.AdamW: decoupled weight decay, p *= 1 - lr wd before the Adam step.
 template <class T>
-class AdamW : public detail::AdamBase<T> {
+class AdamW : public AdamBase<T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
 
 public:
     AdamW(std::vector<Parameter<T>> parameters, const AdamOptions& options = {})
-        : detail::AdamBase<T>("headwise::AdamW::AdamW", std::move(parameters), options, true) {}
+        : AdamBase<T>("headwise::AdamW::AdamW", std::move(parameters), options, true) {}
 };
 
 // ---- definitions ----------------------------------------------------------------------------
-
-namespace detail {
 
 template <class T>
 AdamBase<T>::AdamBase(const char* fn, std::vector<Parameter<T>> parameters, AdamOptions options,
                       bool decoupled)
     : params_(std::move(parameters)), options_(options), decoupled_(decoupled) {
     if (options_.weight_decay < 0.0) options_.weight_decay = decoupled ? 1e-2 : 0.0;
-    check_hyper(fn, "options.lr", options_.lr);
-    check_hyper(fn, "options.eps", options_.eps);
-    check_hyper(fn, "options.weight_decay", options_.weight_decay);
+    detail::check_hyper(fn, "options.lr", options_.lr);
+    detail::check_hyper(fn, "options.eps", options_.eps);
+    detail::check_hyper(fn, "options.weight_decay", options_.weight_decay);
     if (!(options_.beta1 >= 0.0 && options_.beta1 < 1.0))
         throw_invalid_argument(fn, "options.beta1", "must be in [0, 1)",
                                std::to_string(options_.beta1));
@@ -209,18 +204,18 @@ StateDict<T> AdamBase<T>::state_dict() const {
                                       std::to_string(s.step) + " is past the largest step count " +
                                       (std::is_same_v<T, float> ? "float" : "double") +
                                       " holds exactly, " + std::to_string(kMaxStep));
-        sd.emplace(prefix + "step", scalar_tensor<T>(static_cast<double>(s.step)));
+        sd.emplace(prefix + "step", detail::scalar_tensor<T>(static_cast<double>(s.step)));
         sd.emplace(prefix + "exp_avg", s.exp_avg);
         sd.emplace(prefix + "exp_avg_sq", s.exp_avg_sq);
         if (options_.amsgrad) sd.emplace(prefix + "max_exp_avg_sq", s.max_exp_avg_sq);
     }
     const std::string g = "param_groups.0.";
-    sd.emplace(g + "lr", scalar_tensor<T>(options_.lr));
+    sd.emplace(g + "lr", detail::scalar_tensor<T>(options_.lr));
     sd.emplace(g + "betas", Tensor<T>(Shape{2}, {static_cast<T>(options_.beta1),
                                                  static_cast<T>(options_.beta2)}));
-    sd.emplace(g + "eps", scalar_tensor<T>(options_.eps));
-    sd.emplace(g + "weight_decay", scalar_tensor<T>(options_.weight_decay));
-    sd.emplace(g + "amsgrad", scalar_tensor<T>(options_.amsgrad ? 1.0 : 0.0));
+    sd.emplace(g + "eps", detail::scalar_tensor<T>(options_.eps));
+    sd.emplace(g + "weight_decay", detail::scalar_tensor<T>(options_.weight_decay));
+    sd.emplace(g + "amsgrad", detail::scalar_tensor<T>(options_.amsgrad ? 1.0 : 0.0));
     sd.emplace(g + "params", Tensor<T>::arange(static_cast<Index>(params_.size())));
     return sd;
 }
@@ -243,19 +238,19 @@ void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
         expected.emplace(g + key, Shape{});
     expected.emplace(g + "betas", Shape{2});
     expected.emplace(g + "params", Shape{static_cast<Index>(n)});
-    check_state_keys<T>(fn, state, expected,
+    detail::check_state_keys<T>(fn, state, expected,
                         "state.<i>.{step, exp_avg, exp_avg_sq" +
                             std::string(options_.amsgrad ? ", max_exp_avg_sq" : "") + "} for i < " +
                             std::to_string(n) +
                             ", param_groups.0.{lr, betas, eps, weight_decay, amsgrad, params}");
-    check_param_indices(fn, state.at(g + "params"));
-    check_hyper_matches(fn, g + "betas[0]", state.at(g + "betas"), options_.beta1, 0);
-    check_hyper_matches(fn, g + "betas[1]", state.at(g + "betas"), options_.beta2, 1);
-    check_hyper_matches(fn, g + "eps", state.at(g + "eps"), options_.eps);
-    check_hyper_matches(fn, g + "weight_decay", state.at(g + "weight_decay"),
+    detail::check_param_indices(fn, state.at(g + "params"));
+    detail::check_hyper_matches(fn, g + "betas[0]", state.at(g + "betas"), options_.beta1, 0);
+    detail::check_hyper_matches(fn, g + "betas[1]", state.at(g + "betas"), options_.beta2, 1);
+    detail::check_hyper_matches(fn, g + "eps", state.at(g + "eps"), options_.eps);
+    detail::check_hyper_matches(fn, g + "weight_decay", state.at(g + "weight_decay"),
                         options_.weight_decay);
-    check_hyper_matches(fn, g + "amsgrad", state.at(g + "amsgrad"), options_.amsgrad ? 1.0 : 0.0);
-    const double lr = restored_lr(fn, g + "lr", state.at(g + "lr"), options_.lr);
+    detail::check_hyper_matches(fn, g + "amsgrad", state.at(g + "amsgrad"), options_.amsgrad ? 1.0 : 0.0);
+    const double lr = detail::restored_lr(fn, g + "lr", state.at(g + "lr"), options_.lr);
     std::vector<Index> steps(n);
     for (std::size_t i = 0; i < n; ++i) {
         const std::string key = "state." + std::to_string(i) + ".step";
@@ -263,7 +258,7 @@ void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
         if (!(t >= T(0) && t <= static_cast<T>(kMaxStep) && std::floor(t) == t))
             throw_invalid_argument(fn, key,
                                    "must be an integer in [0, " + std::to_string(kMaxStep) + "]",
-                                   exact_decimal(t));
+                                   detail::exact_decimal(t));
         steps[i] = static_cast<Index>(t);
     }
 
@@ -279,5 +274,4 @@ void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
     }
 }
 
-}  // namespace detail
 }  // namespace headwise

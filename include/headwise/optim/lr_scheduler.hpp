@@ -12,6 +12,7 @@
 
 #include "../config.hpp"
 #include "../detail/optimizer_state.hpp"
+#include "../detail/optimizer_traits.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../shape.hpp"
@@ -19,27 +20,6 @@
 #include "schedules.hpp"
 
 namespace headwise {
-
-namespace detail {
-
-template <class P>
-struct parameter_scalar {};
-template <class T>
-struct parameter_scalar<Parameter<T>> {
-    using type = T;
-};
-
-/// Whether O is an optimiser a schedule can drive: options().lr, set_lr(double), parameters().
-template <class O, class = void>
-struct is_lr_optimizer : std::false_type {};
-template <class O>
-struct is_lr_optimizer<
-    O, std::void_t<decltype(std::declval<O&>().set_lr(0.0)),
-                   typename parameter_scalar<typename std::decay_t<
-                       decltype(std::declval<const O&>().parameters())>::value_type>::type>>
-    : std::is_convertible<decltype(std::declval<const O&>().options().lr), double> {};
-
-}  // namespace detail
 
 /// A learning-rate scheduler as torch.optim.lr_scheduler's, for SGD<T>, Adam<T> and AdamW<T>
 /// (or any optimiser with options().lr, set_lr(double) and parameters()):
