@@ -356,6 +356,22 @@ TEST_CASE("SwiGLU loads a Llama checkpoint's mlp entries by prefix", "[swiglu]")
     CHECK(mlp.state_dict().count("down_proj.weight") == 1);
 }
 
+TEST_CASE("SwiGLU has no biases unless asked, as Llama", "[swiglu]") {
+    Generator rng(47);
+    const SwiGLU<double> drawn(4, 6, rng);
+    const SwiGLU<double> loaded(4, 6, uninitialized);
+    CHECK(!drawn.has_bias());
+    CHECK(!loaded.has_bias());
+    CHECK(drawn.parameters().size() == 3);
+    CHECK(loaded.parameter_count() == 3 * 24);
+    // The same draws as the constructor given bias = false.
+    Generator again(47);
+    const SwiGLU<double> explicit_false(4, 6, false, again);
+    for (const auto& entry : explicit_false.state_dict())
+        CHECK(test::identical(drawn.state_dict().at(entry.first), entry.second));
+    CHECK(SwiGLU<double>(4, 6, true, rng).parameters().size() == 6);
+}
+
 TEST_CASE("SwiGLU errors name the function, the argument and the shapes", "[swiglu][errors]") {
     Generator rng(43);
     SwiGLU<float> mlp(4, 6, false, rng);

@@ -67,6 +67,12 @@ public:
     /// The same shapes, the weights unwritten (load them before use) and the gradients allocated
     /// on first use (see headwise::uninitialized): for a model loaded from a checkpoint.
     SwiGLU(Index hidden_size, Index intermediate_size, bool bias, uninitialized_t);
+    /// Without biases, as Llama (mlp_bias = false).
+    template <class Rng>
+    SwiGLU(Index hidden_size, Index intermediate_size, Rng& rng)
+        : SwiGLU(hidden_size, intermediate_size, false, rng) {}
+    SwiGLU(Index hidden_size, Index intermediate_size, uninitialized_t u)
+        : SwiGLU(hidden_size, intermediate_size, false, u) {}
 
     /// x [..., E] -> output [..., E]. In training mode (the default) the result also holds what
     /// backward needs; in eval mode it does not.
