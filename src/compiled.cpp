@@ -17,6 +17,10 @@ template class Linear<float>;
 template class Linear<double>;
 template class LayerNorm<float>;
 template class LayerNorm<double>;
+template class RMSNorm<float>;
+template class RMSNorm<double>;
+template class SwiGLU<float>;
+template class SwiGLU<double>;
 template class Embedding<float>;
 template class Embedding<double>;
 

@@ -7,6 +7,8 @@
 #include "layers/embedding.hpp"
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
+#include "layers/rms_norm.hpp"
+#include "layers/swiglu.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 
 // Why: compile time. A translation unit that runs MultiheadAttention otherwise instantiates all of
@@ -26,6 +28,10 @@ extern template class Linear<float>;
 extern template class Linear<double>;
 extern template class LayerNorm<float>;
 extern template class LayerNorm<double>;
+extern template class RMSNorm<float>;
+extern template class RMSNorm<double>;
+extern template class SwiGLU<float>;
+extern template class SwiGLU<double>;
 extern template class Embedding<float>;
 extern template class Embedding<double>;
 

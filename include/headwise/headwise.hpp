@@ -23,6 +23,8 @@
 #include "layers/linear.hpp"
 #include "layers/module.hpp"
 #include "layers/relu.hpp"
+#include "layers/rms_norm.hpp"
+#include "layers/swiglu.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 // The BERT encoder reads config.json and safetensors files (nlohmann/json); its tokenizer and the
 // sentence-embedding pipeline also need utf8proc (linked by headwise::headwise when CMake found
@@ -45,8 +47,11 @@
 #include "ops/gemm.hpp"
 #include "ops/layer_norm.hpp"
 #include "ops/linear.hpp"
+#include "ops/rms_norm.hpp"
+#include "ops/rope.hpp"
 #include "ops/score_mask.hpp"
 #include "ops/softmax.hpp"
+#include "ops/swiglu.hpp"
 #include "optim/adam.hpp"
 #include "optim/clip_grad_norm.hpp"
 #include "optim/grad_accumulation.hpp"
