@@ -87,8 +87,8 @@ void uniform_(TensorView<T> w, double lo, double hi, Rng& rng) {
     HEADWISE_STATIC_ASSERT_REAL(T);
     if (!(lo <= hi))  // also rejects NaN
         throw_invalid_argument("headwise::uniform_", "hi",
-                               "must be >= lo = " + detail::number_string(lo),
-                               detail::number_string(hi));
+                               "must be >= lo = " + detail::shortest_str(lo),
+                               detail::shortest_str(hi));
     T* data = w.data();
     for (Index i = 0; i < w.numel(); ++i) data[i] = static_cast<T>(uniform_scalar(rng, lo, hi));
 }

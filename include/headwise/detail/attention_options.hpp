@@ -19,6 +19,7 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "in_proj_layout.hpp"
+#include "number_string.hpp"
 
 namespace headwise::detail {
 
@@ -41,18 +42,6 @@ bool mask_absent(const Tensor<U>& mask) {
 template <class T>
 const char* scalar_type_name() noexcept {
     return std::is_same_v<T, float> ? "float" : "double";
-}
-
-/// `x` in the fewest significant digits that read back as the same T ("0.5", "1e+300",
-/// "0.7071067811865475"), for messages.
-template <class T>
-std::string shortest_str(T x) {
-    char text[32];
-    for (int digits = 1; digits <= std::numeric_limits<T>::max_digits10; ++digits) {
-        std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(x));
-        if (static_cast<T>(std::strtod(text, nullptr)) == x) break;
-    }
-    return text;
 }
 
 /// The factor of the scores Q K^T, in T: options.scale, or 1 / sqrt(D) when it is unset.
