@@ -181,6 +181,147 @@ TEST_CASE("tape: a composed model's gradients pass gradcheck in double") {
                            model.head.parameter_count());
 }
 
+namespace {
+
+/// self-attention (masked) -> dropout -> residual add -> layer norm -> linear -> GELU ->
+/// concat_last with the norm's output -> linear -> RMS norm -> mse: every other recorded call.
+template <class T>
+struct Block {
+    static constexpr Index kF = 6;
+    headwise::MultiheadAttention<T> mha;
+    headwise::Dropout<T> drop;
+    headwise::LayerNorm<T> norm;
+    headwise::Linear<T> lin1, lin3;
+    headwise::GELU<T> gelu;
+    headwise::RMSNorm<T> rms;
+    headwise::AttentionMasks<T> masks;
+
+    static headwise::MultiheadAttentionOptions options(double p) {
+        headwise::MultiheadAttentionOptions o;
+        o.embed_dim = kE;
+        o.num_heads = 2;
+        o.dropout = p;
+        return o;
+    }
+    Block(double p, headwise::Generator& rng)
+        : mha(options(p), 5),
+          drop(p, 6),
+          norm(kE),
+          lin1(kE, kF, true, rng),
+          lin3(kF + kE, kE, true, rng),
+          rms(kE) {
+        masks.is_causal = true;
+        masks.key_padding_mask = Tensor<bool>(Shape{kB, kL});
+        masks.key_padding_mask(1, kL - 1) = true;
+    }
+    std::vector<headwise::Parameter<T>> parameters() {
+        std::vector<headwise::Parameter<T>> all;
+        auto add = [&](std::vector<headwise::Parameter<T>> ps) {
+            all.insert(all.end(), ps.begin(), ps.end());
+        };
+        add(mha.parameters());
+        add(norm.parameters());
+        add(lin1.parameters());
+        add(lin3.parameters());
+        add(rms.parameters());
+        return all;
+    }
+
+    Var<T> loss(const Var<T>& x, const Tensor<T>& target) {
+        namespace ag = headwise::autograd;
+        const Var<T> r = x + ag::apply(drop, ag::apply(mha, x, masks));
+        const Var<T> n = ag::apply(norm, r);
+        const Var<T> c = ag::concat_last<T>({ag::apply(gelu, ag::apply(lin1, n)), n});
+        return ag::mse_loss(ag::apply(rms, ag::apply(lin3, c)), target.view());
+    }
+
+    /// The same by hand; returns d loss / d x.
+    Tensor<T> backward_by_hand(const Tensor<T>& x, const Tensor<T>& target) {
+        const headwise::AttentionForward<T> fa = mha.forward(x, x, x, masks);
+        const headwise::DropoutForward<T> fd = drop.forward(fa.output);
+        Tensor<T> r(x.shape());
+        r.matrix() = x.matrix() + fd.output.matrix();
+        const Tensor<T> n = norm.forward(r);
+        const Tensor<T> h = lin1.forward(n);
+        const Tensor<T> c = headwise::concat<T>({gelu.forward(h).view(), n.view()}, -1);
+        const Tensor<T> z = lin3.forward(c);
+        const headwise::LossResult<T> l = headwise::mse_loss<T>(rms.forward(z), target);
+        const Tensor<T> dc = lin3.backward(c, rms.backward(z, l.grad));
+        std::vector<Tensor<T>> pieces = headwise::split(dc, {kF, kE}, -1);
+        Tensor<T> dn = lin1.backward(n, gelu.backward(h, pieces[0]));
+        dn.matrix() += pieces[1].matrix();
+        Tensor<T> dx = norm.backward(r, dn);  // the residual branch, then the attention's
+        headwise::AttentionGradients<T> g = mha.backward(fa, drop.backward(fd, dx));
+        g.query.matrix() += g.key.matrix() + g.value.matrix();
+        dx.matrix() += g.query.matrix();
+        return dx;
+    }
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("tape: attention, dropout, concat and norms equal their hand-written backward",
+                   "", float, double) {
+    using T = TestType;
+    headwise::Generator rng(21), rng2(21), data(22);
+    Block<T> taped(0.25, rng), by_hand(0.25, rng2);  // same seeds: same weights, same masks
+    const Tensor<T> x0 = Tensor<T>::randn(Shape{kB, kL, kE}, data);
+    const Tensor<T> target = Tensor<T>::randn(Shape{kB, kL, kE}, data);
+    Tape<T> tape;
+    const Var<T> x = tape.input(x0, true);
+    tape.backward(taped.loss(x, target));
+    const Tensor<T> dx = by_hand.backward_by_hand(x0, target);
+    CHECK(identical(tape.grad(x), dx));
+    const auto a = taped.parameters();
+    const auto b = by_hand.parameters();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        CAPTURE(a[i].name);
+        CHECK(identical<T>(a[i].grad, b[i].grad));
+    }
+}
+
+TEST_CASE("tape: attention, dropout, concat and norms pass gradcheck in double") {
+    headwise::Generator rng(23);
+    Block<double> block(0.0, rng);
+    const Tensor<double> target = Tensor<double>::randn(Shape{kB, kL, kE}, rng);
+    std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{kB, kL, kE}, rng)};
+    for (const auto& p : block.parameters()) inputs.emplace_back(TensorView<const double>(p.value));
+    auto load = [&](const std::vector<Tensor<double>>& in) {
+        std::size_t i = 1;
+        for (auto& p : block.parameters()) {
+            for (Index k = 0; k < p.value.numel(); ++k) p.value.data()[k] = in[i].data()[k];
+            ++i;
+        }
+    };
+    auto f = [&](const std::vector<Tensor<double>>& in) {
+        load(in);
+        Tape<double> tape(Tape<double>::no_grad);
+        Tensor<double> out(Shape{1});
+        out.data()[0] = block.loss(tape.input(in[0]), target).item();
+        return out;
+    };
+    auto backward = [&](const std::vector<Tensor<double>>& in, const Tensor<double>& g) {
+        load(in);
+        for (auto& p : block.parameters())
+            for (double& v : p.grad) v = 0.0;
+        Tape<double> tape;
+        const Var<double> x = tape.input(in[0], true);
+        tape.backward(block.loss(x, target), g.reshape(Shape{}));
+        std::vector<Tensor<double>> out{tape.grad(x)};
+        for (auto& p : block.parameters()) out.emplace_back(TensorView<const double>(p.grad));
+        return out;
+    };
+    headwise::GradcheckOptions options;
+    options.eps = 1e-5;  // see the composed model's gradcheck
+    const headwise::GradcheckResult r = headwise::gradcheck(f, backward, inputs, rng, options);
+    INFO(r.where);
+    CHECK(r.ok);
+    Index n = 0;
+    for (const Tensor<double>& t : inputs) n += t.numel();
+    CHECK(r.checked == n);
+}
+
 TEST_CASE("tape: a value used by several branches gets the sum of their gradients") {
     headwise::Generator rng(13);
     headwise::Linear<double> a(kE, kE, true, rng), b(kE, kE, true, rng);
