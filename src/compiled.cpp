@@ -13,6 +13,8 @@ template class MultiheadAttention<float>;
 template class MultiheadAttention<double>;
 template class TransformerEncoderLayer<float>;
 template class TransformerEncoderLayer<double>;
+template class TransformerDecoderLayer<float>;
+template class TransformerDecoderLayer<double>;
 template class Linear<float>;
 template class Linear<double>;
 template class LayerNorm<float>;

@@ -9,6 +9,7 @@
 #include "layers/linear.hpp"
 #include "layers/rms_norm.hpp"
 #include "layers/swiglu.hpp"
+#include "layers/transformer_decoder_layer.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 
 // Why: compile time. A translation unit that runs MultiheadAttention otherwise instantiates all of
@@ -24,6 +25,8 @@ extern template class MultiheadAttention<float>;
 extern template class MultiheadAttention<double>;
 extern template class TransformerEncoderLayer<float>;
 extern template class TransformerEncoderLayer<double>;
+extern template class TransformerDecoderLayer<float>;
+extern template class TransformerDecoderLayer<double>;
 extern template class Linear<float>;
 extern template class Linear<double>;
 extern template class LayerNorm<float>;

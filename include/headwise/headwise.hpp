@@ -25,6 +25,7 @@
 #include "layers/relu.hpp"
 #include "layers/rms_norm.hpp"
 #include "layers/swiglu.hpp"
+#include "layers/transformer_decoder_layer.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 // The BERT encoder reads config.json and safetensors files (nlohmann/json); its tokenizer and the
 // sentence-embedding pipeline also need utf8proc (linked by headwise::headwise when CMake found

@@ -278,12 +278,13 @@ Tensor<T> SentenceEmbedder<T>::encode(const std::vector<std::string>& texts, Ind
         const Index count = std::min(batch_size, N - first);
         Index L = 0;
         for (Index i = 0; i < count; ++i)
-            L = std::max<Index>(L, static_cast<Index>(ids[order[first + i]].size()));
+            L = std::max<Index>(
+                L, static_cast<Index>(ids[order[static_cast<std::size_t>(first + i)]].size()));
         text::BertBatch batch;
         batch.input_ids = Tensor<std::int64_t>(Shape{count, L});
         batch.padding_mask = Tensor<bool>(Shape{count, L});
         for (Index i = 0; i < count; ++i) {
-            const std::vector<std::int64_t>& row = ids[order[first + i]];
+            const std::vector<std::int64_t>& row = ids[order[static_cast<std::size_t>(first + i)]];
             for (Index t = 0; t < L; ++t) {
                 const bool pad = t >= static_cast<Index>(row.size());
                 batch.input_ids.data()[i * L + t] =
