@@ -12,6 +12,7 @@
 
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
+#include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <cstdio>     // std::printf, std::fprintf
 #include <cstdlib>    // std::atoi
@@ -89,10 +90,11 @@ int main(int argc, char** argv) {
     const std::vector<double> by_tape = train(steps, true);
     const std::vector<double> by_hand = train(steps, false);
     double worst = 0.0;
-    for (int i = 0; i < steps; ++i) {
-        const double rel = std::abs(by_tape[i] - by_hand[i]) / std::max(std::abs(by_hand[i]), 1e-30);
+    for (std::size_t i = 0; i < by_hand.size(); ++i) {
+        const double rel =
+            std::abs(by_tape[i] - by_hand[i]) / std::max(std::abs(by_hand[i]), 1e-30);
         worst = std::max(worst, rel);
-        std::printf("step %3d  loss (tape) %.7f  loss (hand-written backward) %.7f\n", i + 1,
+        std::printf("step %3zu  loss (tape) %.7f  loss (hand-written backward) %.7f\n", i + 1,
                     by_tape[i], by_hand[i]);
     }
     std::printf("largest relative difference %.3g over %d steps\n", worst, steps);

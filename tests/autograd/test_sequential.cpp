@@ -21,10 +21,10 @@ namespace {
 
 template <class T>
 auto make_mlp(headwise::Generator& rng) {
-    return Sequential(headwise::Linear<T>(4, 6, true, rng), headwise::GELU<T>(),
-                      Residual(Sequential(headwise::Linear<T>(6, 6, true, rng),
-                                          headwise::Dropout<T>(0.5, 9))),
-                      headwise::LayerNorm<T>(6));
+    return Sequential(
+        headwise::Linear<T>(4, 6, true, rng), headwise::GELU<T>(),
+        Residual(Sequential(headwise::Linear<T>(6, 6, true, rng), headwise::Dropout<T>(0.5, 9))),
+        headwise::LayerNorm<T>(6));
 }
 
 }  // namespace
@@ -45,8 +45,8 @@ TEST_CASE("Sequential: torch's names, modes and state dict without a visitor wri
     CHECK(mlp.random_state().size() == 2);  // the dropout's seed and stream
 }
 
-TEMPLATE_TEST_CASE("Sequential and Residual: the gradients of the layers applied by hand",
-                   "", float, double) {
+TEMPLATE_TEST_CASE("Sequential and Residual: the gradients of the layers applied by hand", "",
+                   float, double) {
     using T = TestType;
     headwise::Generator rng(2), rng2(2), data(3);
     auto mlp = make_mlp<T>(rng);

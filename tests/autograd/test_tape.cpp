@@ -450,15 +450,13 @@ TEST_CASE("tape: errors") {
     CHECK_THROWS_AS(ag::add(x, w), headwise::shape_error);
     CHECK_THROWS_WITH(ag::add(x, w),
                       "headwise::autograd::add: b: expected shape [2, 3], got [3, 2]");
-    CHECK_THROWS_WITH(ag::add(x, z),
-                      "headwise::autograd::add: b: belongs to another tape");
+    CHECK_THROWS_WITH(ag::add(x, z), "headwise::autograd::add: b: belongs to another tape");
     CHECK_THROWS_WITH(tape.backward(z, z.value()),
                       "headwise::autograd::Tape::backward: output: belongs to another tape");
     CHECK_THROWS_WITH(tape.backward(x + x),
                       "headwise::autograd::Tape::backward: loss: expected shape one element "
                       "(pass grad_output for any other output), got [2, 3]");
-    CHECK_THROWS_WITH(tape.grad(x),
-                      "headwise::autograd::Tape::grad: x: backward has not run yet");
+    CHECK_THROWS_WITH(tape.grad(x), "headwise::autograd::Tape::grad: x: backward has not run yet");
 
     const Var<double> loss = ag::mse_loss(x, z.value());
     tape.backward(loss);

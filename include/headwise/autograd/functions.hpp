@@ -8,8 +8,8 @@
 #include <memory>     // std::shared_ptr, std::make_shared
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
-#include <utility>  // std::move
-#include <vector>   // std::vector
+#include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -197,7 +197,8 @@ Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>&
     Tape<T>& tape = detail_functions::tape_of(fn, "x", x);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, true);
     detail_functions::check_training(fn, m, rec);
-    auto f = std::make_shared<AttentionForward<T>>(m.forward(x.value(), x.value(), x.value(), masks));
+    auto f =
+        std::make_shared<AttentionForward<T>>(m.forward(x.value(), x.value(), x.value(), masks));
     TensorView<const T> yv = f->output;
     if (!rec) {
         f->saved.reset();
@@ -307,8 +308,8 @@ Var<T> cross_entropy(const Var<T>& logits, TensorView<const std::int64_t> target
     constexpr const char* fn = "headwise::autograd::cross_entropy";
     Tape<T>& tape = detail_functions::tape_of(fn, "logits", logits);
     const bool rec = tape.begin_call(fn, {&logits}, {"logits"}, false);
-    return detail_functions::record_loss(tape, rec, logits,
-                                         headwise::cross_entropy<T>(logits.value(), targets, options));
+    return detail_functions::record_loss(
+        tape, rec, logits, headwise::cross_entropy<T>(logits.value(), targets, options));
 }
 
 template <class T>

@@ -20,8 +20,9 @@ namespace headwise::autograd {
 /// "0.", "1.", ... (torch's names); train()/eval(), zero_grad(), state_dict() cover them all,
 /// with no visitor written by hand:
 ///
-///   Sequential mlp(Linear<float>(8, 32, true, rng), GELU<float>(), Linear<float>(32, 8, true, rng));
-///   Var<float> y = apply(mlp, x);                     // "0.weight", "0.bias", "2.weight", ...
+///   Sequential mlp(Linear<float>(8, 32, true, rng), GELU<float>(),
+///                  Linear<float>(32, 8, true, rng));   // "0.weight", "0.bias", "2.weight", ...
+///   Var<float> y = apply(mlp, x);
 template <class... Layers>
 class Sequential
     : public Module<Sequential<Layers...>,

@@ -2,15 +2,15 @@
 // Tape<T> and its Var<T> handles: reverse mode over recorded module calls, one backward for all.
 #pragma once
 
-#include <cstddef>      // std::size_t
-#include <cstdint>      // std::uint64_t
-#include <functional>   // std::function
-#include <limits>       // std::numeric_limits
-#include <memory>       // std::shared_ptr, std::make_shared
-#include <stdexcept>    // std::invalid_argument, std::logic_error
-#include <string>       // std::string
-#include <utility>      // std::move
-#include <vector>       // std::vector
+#include <cstddef>     // std::size_t
+#include <cstdint>     // std::uint64_t
+#include <functional>  // std::function
+#include <limits>      // std::numeric_limits
+#include <memory>      // std::shared_ptr, std::make_shared
+#include <stdexcept>   // std::invalid_argument
+#include <string>      // std::string
+#include <utility>     // std::move
+#include <vector>      // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -46,8 +46,8 @@ private:
     static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
     Tape<T>* tape_ = nullptr;
-    std::size_t node_ = kNone;   // index into the tape's nodes, or kNone
-    std::uint64_t epoch_ = 0;    // which recording of the tape made it
+    std::size_t node_ = kNone;          // index into the tape's nodes, or kNone
+    std::uint64_t epoch_ = 0;           // which recording of the tape made it
     std::shared_ptr<const void> keep_;  // owns what value_ views
     TensorView<const T> value_;
 };
@@ -133,9 +133,9 @@ public:
 
 private:
     struct Node {
-        Backward backward;   // empty for leaves and after it ran
-        Tensor<T> grad;      // d loss / d value, summed over its uses (when has_grad)
-        Shape shape;         // the value's
+        Backward backward;  // empty for leaves and after it ran
+        Tensor<T> grad;     // d loss / d value, summed over its uses (when has_grad)
+        Shape shape;        // the value's
         bool has_grad = false;
         bool leaf = false;
     };
@@ -318,8 +318,7 @@ const Tensor<T>& Tape<T>::grad(const Var<T>& x) const {
         throw std::invalid_argument(std::string(fn) +
                                     ": x: is no leaf with requires_grad (tape.input(value, true) "
                                     "on a recording tape)");
-    if (!done_)
-        throw std::invalid_argument(std::string(fn) + ": x: backward has not run yet");
+    if (!done_) throw std::invalid_argument(std::string(fn) + ": x: backward has not run yet");
     return nodes_[x.node_].grad;
 }
 
