@@ -268,7 +268,7 @@ Var<T> concat_last(const std::vector<Var<T>>& parts) {
         views.push_back(parts[i].value());
     }
     for (const std::string& s : name_store) names.push_back(s.c_str());
-    const bool rec = tape.begin_call(fn, inputs, names, false);
+    const bool rec = tape.begin_call(fn, inputs.data(), names.data(), inputs.size(), false);
     auto y = std::make_shared<Tensor<T>>(concat<T>(views, -1));  // checks the shapes
     TensorView<const T> yv = *y;
     if (!rec) return tape.constant(std::move(y), yv);

@@ -2,15 +2,16 @@
 // Tape<T> and its Var<T> handles: reverse mode over recorded module calls, one backward for all.
 #pragma once
 
-#include <cstddef>     // std::size_t
-#include <cstdint>     // std::uint64_t
-#include <functional>  // std::function
-#include <limits>      // std::numeric_limits
-#include <memory>      // std::shared_ptr, std::make_shared
-#include <stdexcept>   // std::invalid_argument
-#include <string>      // std::string
-#include <utility>     // std::move
-#include <vector>      // std::vector
+#include <cstddef>           // std::size_t
+#include <cstdint>           // std::uint64_t
+#include <functional>        // std::function
+#include <initializer_list>  // std::initializer_list
+#include <limits>            // std::numeric_limits
+#include <memory>            // std::shared_ptr, std::make_shared
+#include <stdexcept>         // std::invalid_argument
+#include <string>            // std::string
+#include <utility>           // std::move
+#include <vector>            // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -121,8 +122,14 @@ public:
     /// `function` and the argument `names[i]` otherwise) and says whether a call on them is to
     /// be recorded: the tape records, and some input is recorded or the call has parameters.
     /// A call after a backward starts a new recording first.
-    bool begin_call(const char* function, const std::vector<const Var<T>*>& inputs,
-                    const std::vector<const char*>& names, bool has_parameters);
+    bool begin_call(const char* function, std::initializer_list<const Var<T>*> inputs,
+                    std::initializer_list<const char*> names, bool has_parameters) {
+        HEADWISE_ASSERT(inputs.size() == names.size());
+        return begin_call(function, inputs.begin(), names.begin(), inputs.size(), has_parameters);
+    }
+    /// The same for `count` inputs (no allocation, so that a call not recorded costs nothing).
+    bool begin_call(const char* function, const Var<T>* const* inputs, const char* const* names,
+                    std::size_t count, bool has_parameters);
     /// A Var holding `value` (kept alive by `keep`), not recorded.
     Var<T> constant(std::shared_ptr<const void> keep, TensorView<const T> value);
     /// A Var holding `value` whose backward is `backward` (called once with d value, to hand
@@ -200,12 +207,12 @@ Var<T> Tape<T>::input(Tensor<T> value, bool requires_grad) {
 }
 
 template <class T>
-bool Tape<T>::begin_call(const char* function, const std::vector<const Var<T>*>& inputs,
-                         const std::vector<const char*>& names, bool has_parameters) {
-    for (std::size_t i = 0; i < inputs.size(); ++i) check_var(function, names[i], *inputs[i]);
+bool Tape<T>::begin_call(const char* function, const Var<T>* const* inputs,
+                         const char* const* names, std::size_t count, bool has_parameters) {
+    for (std::size_t i = 0; i < count; ++i) check_var(function, names[i], *inputs[i]);
     if (done_) {
         // A recorded input of the finished recording has no node any more.
-        for (std::size_t i = 0; i < inputs.size(); ++i)
+        for (std::size_t i = 0; i < count; ++i)
             if (inputs[i]->recorded())
                 throw std::invalid_argument(std::string(function) + ": " + names[i] +
                                             ": was recorded before backward, which freed its "
@@ -214,7 +221,7 @@ bool Tape<T>::begin_call(const char* function, const std::vector<const Var<T>*>&
     }
     if (!recording_) return false;
     bool any = has_parameters;
-    for (const Var<T>* v : inputs) any = any || v->recorded();
+    for (std::size_t i = 0; i < count; ++i) any = any || inputs[i]->recorded();
     return any;
 }
 
