@@ -6,8 +6,8 @@
 #   2. asan : the same under AddressSanitizer + UndefinedBehaviorSanitizer (Debug at -O1), with
 #             OpenMP (every test on 2 threads) and every GEMM through a CBLAS (HEADWISE_BLAS=ON,
 #             OpenBLAS here, one thread per call), warnings as errors; less the consumer projects
-#             (they build nothing of ours with sanitizers), the header compile check (dev has it)
-#             and the benchmarks.
+#             (they build nothing of ours with sanitizers), the header compile check and the
+#             documentation's samples (dev has both) and the benchmarks.
 #   3. cblas-consumers: the consumer projects (find_package, add_subdirectory, pkg-config) and the
 #             ODR check against a CBLAS build: consumers link the BLAS through the installed
 #             package. (The whole suite on the CBLAS backend, without sanitizers, is
