@@ -323,6 +323,35 @@ TEST_CASE("tape: attention, dropout, concat and norms pass gradcheck in double")
     CHECK(r.checked == n);
 }
 
+TEMPLATE_TEST_CASE("tape: cross-attention gives each argument its gradient", "", float, double) {
+    using T = TestType;
+    namespace ag = headwise::autograd;
+    headwise::MultiheadAttentionOptions o;
+    o.embed_dim = kE;
+    o.num_heads = 2;
+    o.kdim = 6;
+    o.vdim = 6;
+    headwise::MultiheadAttention<T> taped(o, 7), by_hand(o, 7);
+    headwise::Generator rng(24);
+    const Tensor<T> q0 = Tensor<T>::randn(Shape{kB, kL, kE}, rng);
+    const Tensor<T> m0 = Tensor<T>::randn(Shape{kB, 3, 6}, rng);  // the memory: key and value
+    const Tensor<T> dy = Tensor<T>::randn(Shape{kB, kL, kE}, rng);
+    Tape<T> tape;
+    const Var<T> q = tape.input(q0, true), m = tape.input(m0, true);
+    tape.backward(ag::attention(taped, q, m, m), dy);
+
+    const headwise::AttentionForward<T> f = by_hand.forward(q0, m0, m0);
+    headwise::AttentionGradients<T> g = by_hand.backward(f, dy);
+    g.key.matrix() += g.value.matrix();
+    CHECK(identical(tape.grad(q), g.query));
+    CHECK(identical(tape.grad(m), g.key));
+    const auto a = taped.grad_dict();
+    for (const auto& entry : by_hand.grad_dict()) {
+        CAPTURE(entry.first);
+        CHECK(identical(a.at(entry.first), entry.second));
+    }
+}
+
 TEST_CASE("tape: a value used by several branches gets the sum of their gradients") {
     headwise::Generator rng(13);
     headwise::Linear<double> a(kE, kE, true, rng), b(kE, kE, true, rng);

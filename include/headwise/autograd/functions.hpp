@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The calls a Tape records: modules' forwards (apply), add, reshape, concat_last and the losses.
+// The calls a Tape records: module forwards, attention, add, reshape, concat_last, losses.
 #pragma once
 
 #include <algorithm>  // std::copy_n
@@ -62,6 +62,13 @@ Var<T> apply(TransformerEncoderLayer<T>& m, const Var<T>& x, const AttentionMask
 /// training-mode rule as the encoder layer.
 template <class T>
 Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>& masks = {});
+
+/// Attention of `query` over `key` and `value` (cross-attention, or any call with distinct
+/// arguments): m(query, key, value, masks).output, each argument getting its own gradient (summed
+/// when one Var is passed twice). The same training-mode rule.
+template <class T>
+Var<T> attention(MultiheadAttention<T>& m, const Var<T>& query, const Var<T>& key,
+                 const Var<T>& value, const AttentionMasks<T>& masks = {});
 
 /// a + b (same shapes; shape_error otherwise). A Var used twice gets both gradients summed.
 template <class T>
@@ -211,6 +218,30 @@ Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>&
         g.query.matrix() += g.key.matrix() + g.value.matrix();
         tape.accumulate(x, std::move(g.query));
     });
+}
+
+template <class T>
+Var<T> attention(MultiheadAttention<T>& m, const Var<T>& query, const Var<T>& key,
+                 const Var<T>& value, const AttentionMasks<T>& masks) {
+    constexpr const char* fn = "headwise::autograd::attention";
+    Tape<T>& tape = detail_functions::tape_of(fn, "query", query);
+    const bool rec = tape.begin_call(fn, {&query, &key, &value}, {"query", "key", "value"}, true);
+    detail_functions::check_training(fn, m, rec);
+    auto f = std::make_shared<AttentionForward<T>>(
+        m.forward(query.value(), key.value(), value.value(), masks));
+    TensorView<const T> yv = f->output;
+    if (!rec) {
+        f->saved.reset();
+        return tape.constant(std::move(f), yv);
+    }
+    std::shared_ptr<const AttentionForward<T>> saved = f;
+    return tape.record(std::move(f), yv,
+                       [&tape, &m, query, key, value, saved](TensorView<const T> dy) {
+                           AttentionGradients<T> g = m.backward(*saved, dy);
+                           tape.accumulate(query, std::move(g.query));
+                           tape.accumulate(key, std::move(g.key));
+                           tape.accumulate(value, std::move(g.value));
+                       });
 }
 
 template <class T>
