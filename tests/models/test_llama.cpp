@@ -85,8 +85,7 @@ double logits_error(const Tensor<T>& got, const Tensor<double>& want, const Tens
                 const double w = want.data()[i];
                 const double g = static_cast<double>(got.data()[i]);
                 if (!std::isfinite(w) || !std::isfinite(g)) return HUGE_VAL;  // NaN fails
-                const double e = std::abs(g - w) /
-                                 std::max(std::abs(w), floor);
+                const double e = std::abs(g - w) / std::max(std::abs(w), floor);
                 worst = std::max(worst, e);
             }
         }
@@ -120,8 +119,8 @@ TEST_CASE("LlamaConfig reads transformers' config.json", "[llama]") {
     CHECK(untied.rope_scaling_factor == 2.0);
 }
 
-TEMPLATE_TEST_CASE("LlamaForCausalLM gives transformers' logits for a left-padded batch",
-                   "[llama]", float, double) {
+TEMPLATE_TEST_CASE("LlamaForCausalLM gives transformers' logits for a left-padded batch", "[llama]",
+                   float, double) {
     using T = TestType;
     const std::string name = GENERATE(as<std::string>{}, "tied", "untied");
     const Projection projection = GENERATE(from_range(kProjections));
@@ -169,12 +168,12 @@ TEMPLATE_TEST_CASE("KV-cache decode token by token gives the forward's logits", 
     CHECK(cache.size() == L);
 }
 
-TEMPLATE_TEST_CASE("Greedy generation is transformers' token for token", "[llama]", float,
-                   double) {
+TEMPLATE_TEST_CASE("Greedy generation is transformers' token for token", "[llama]", float, double) {
     using T = TestType;
     const std::string name = GENERATE(as<std::string>{}, "tied", "untied");
-    CAPTURE(name);
-    auto model = LlamaForCausalLM<T>::from_pretrained(model_dir(name));
+    const Projection projection = GENERATE(from_range(kProjections));
+    CAPTURE(name, projection);
+    auto model = LlamaForCausalLM<T>::from_pretrained(model_dir(name), projection);
     const auto want = recorded_greedy(name);
     REQUIRE(want.size() == kPrompts.size());
     GenerationOptions options;
@@ -220,8 +219,9 @@ TEST_CASE("choose_next_token follows the documented procedure", "[llama]") {
     options.temperature = 1.0;
     options.top_k = 2;  // ids 1 and 3 only
     std::vector<int> seen(4, 0);
-    for (int i = 0; i < 400; ++i) ++seen[static_cast<std::size_t>(
-        headwise::models::choose_next_token(logits, 4, options, rng))];
+    for (int i = 0; i < 400; ++i)
+        ++seen[static_cast<std::size_t>(
+            headwise::models::choose_next_token(logits, 4, options, rng))];
     CHECK(seen[0] == 0);
     CHECK(seen[2] == 0);
     CHECK(seen[1] > 150);
@@ -229,8 +229,9 @@ TEST_CASE("choose_next_token follows the documented procedure", "[llama]") {
     options.top_k = 0;
     options.top_p = 0.5;  // p(1) = p(3) = 0.42, p(2) = 0.16, p(0) = 0.06: ids 1 and 3
     std::fill(seen.begin(), seen.end(), 0);
-    for (int i = 0; i < 400; ++i) ++seen[static_cast<std::size_t>(
-        headwise::models::choose_next_token(logits, 4, options, rng))];
+    for (int i = 0; i < 400; ++i)
+        ++seen[static_cast<std::size_t>(
+            headwise::models::choose_next_token(logits, 4, options, rng))];
     CHECK(seen[0] + seen[2] == 0);
     CHECK(seen[1] > 150);
 }

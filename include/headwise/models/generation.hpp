@@ -141,7 +141,7 @@ std::vector<std::vector<std::int64_t>> generate(
     }
     auto cache = model.make_cache(B, L + options.max_new_tokens - 1);
     auto logits = model.decode(ids.view(), cache, padding.view());  // [B, L, V]
-    Index row_stride = L;                                             // logits rows per sequence
+    Index row_stride = L;                                           // logits rows per sequence
 
     std::vector<Generator> rngs;
     for (Index b = 0; b < B; ++b) rngs.emplace_back(options.seed + static_cast<std::uint64_t>(b));

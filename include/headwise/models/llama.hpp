@@ -43,18 +43,18 @@ namespace headwise::models {
 /// The keys of a Hugging Face Llama config.json (LlamaForCausalLM) that the decoder needs.
 struct LlamaConfig {
     Index vocab_size = 32000;
-    Index hidden_size = 4096;               // E
-    Index intermediate_size = 11008;        // I, SwiGLU's inner width
-    Index num_hidden_layers = 32;           // N
-    Index num_attention_heads = 32;         // H
-    Index num_key_value_heads = 32;         // Hkv (grouped-query attention when < H)
-    Index max_position_embeddings = 2048;   // longest sequence the model was trained for
+    Index hidden_size = 4096;              // E
+    Index intermediate_size = 11008;       // I, SwiGLU's inner width
+    Index num_hidden_layers = 32;          // N
+    Index num_attention_heads = 32;        // H
+    Index num_key_value_heads = 32;        // Hkv (grouped-query attention when < H)
+    Index max_position_embeddings = 2048;  // longest sequence the model was trained for
     double rms_norm_eps = 1e-6;
     double rope_theta = 10000.0;
-    double rope_scaling_factor = 1.0;       // rope_scaling {"rope_type": "linear", "factor": f}
-    bool attention_bias = false;            // biases on q/k/v/o_proj
-    bool mlp_bias = false;                  // biases on gate/up/down_proj
-    bool tie_word_embeddings = false;       // lm_head shares embed_tokens.weight
+    double rope_scaling_factor = 1.0;         // rope_scaling {"rope_type": "linear", "factor": f}
+    bool attention_bias = false;              // biases on q/k/v/o_proj
+    bool mlp_bias = false;                    // biases on gate/up/down_proj
+    bool tie_word_embeddings = false;         // lm_head shares embed_tokens.weight
     std::vector<std::int64_t> eos_token_ids;  // eos_token_id, an integer or a list
     std::optional<std::int64_t> bos_token_id;
 
@@ -300,14 +300,15 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
                  "expected at least " + std::to_string(minimum) + ", got " + std::to_string(v));
         into = static_cast<Index>(v);
     };
-    const auto number = [&](const nlohmann::json& o, const char* key, double& into,
-                            double minimum, bool exclusive) {
+    const auto number = [&](const nlohmann::json& o, const char* key, double& into, double minimum,
+                            bool exclusive) {
         const auto it = o.find(key);
         if (it == o.end() || it->is_null()) return;
         const double v = it->is_number() ? it->get<double>() : 0.0;
         if (!it->is_number() || !std::isfinite(v) || v < minimum || (exclusive && v == minimum))
-            fail(key, std::string("expected a finite number ") + (exclusive ? "above " : "of at least ") +
-                          nlohmann::json(minimum).dump() + ", got " + it->dump());
+            fail(key, std::string("expected a finite number ") +
+                          (exclusive ? "above " : "of at least ") + nlohmann::json(minimum).dump() +
+                          ", got " + it->dump());
         into = v;
     };
     const auto boolean = [&](const char* key, bool& into) {
@@ -358,8 +359,9 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
         if (!scaling->is_object()) fail(scaling_key, "expected an object, got " + scaling->dump());
         auto type = scaling->find("rope_type");
         if (type == scaling->end()) type = scaling->find("type");
-        const std::string kind =
-            type == scaling->end() ? "default" : (type->is_string() ? type->get<std::string>() : "");
+        const std::string kind = type == scaling->end()
+                                     ? "default"
+                                     : (type->is_string() ? type->get<std::string>() : "");
         if (kind == "linear") {
             if (scaling->find("factor") == scaling->end()) fail(scaling_key, "factor missing");
             number(*scaling, "factor", c.rope_scaling_factor, 1.0, false);
@@ -444,8 +446,8 @@ void LlamaDecoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
     const auto w = find("in_proj_weight");
     const auto empty = w;  // stands for the biases when there are none (not visited)
     const auto b = bias ? find("in_proj_bias") : empty;
-    const detail::InProjLayout layout = detail::make_in_proj_layout<T>(
-        kName, self.self_attn_.options());
+    const detail::InProjLayout layout =
+        detail::make_in_proj_layout<T>(kName, self.self_attn_.options());
     visit_in_proj(layout, bias, w.value.data(), b.value.data(), w.grad.data(), b.grad.data(),
                   visit);
     const auto ow = find("out_proj.weight");
@@ -472,8 +474,7 @@ void LlamaDecoderLayer<T>::visit_values(Visit&& visit) {
         if (p.name == "out_proj.weight") ow = p.value;
         if (p.name == "out_proj.bias") ob = p.value;
     }
-    const detail::InProjLayout layout =
-        detail::make_in_proj_layout<T>(kName, self_attn_.options());
+    const detail::InProjLayout layout = detail::make_in_proj_layout<T>(kName, self_attn_.options());
     visit_in_proj(layout, bias, w.data(), b.data(), w.data(), b.data(),
                   [&](const std::string& name, TensorView<T> v, TensorView<T>) { visit(name, v); });
     visit("self_attn.o_proj.weight", ow);
@@ -492,9 +493,9 @@ Tensor<T> LlamaDecoderLayer<T>::decode(TensorView<const T> x_new, KVCache<T>& ca
                                        TensorView<const bool> padding) {
     // x_new [B, T, E]
     Tensor<T> h = self_attn_.decode(input_layernorm_.forward(x_new), cache, padding);
-    h.matrix() += x_new.matrix();                                      // x + Attention(n1)
+    h.matrix() += x_new.matrix();                                             // x + Attention(n1)
     Tensor<T> y = mlp_.forward(post_attention_layernorm_.forward(h)).output;  // [B, T, E]
-    y.matrix() += h.matrix();                                          // h + MLP(n2)
+    y.matrix() += h.matrix();                                                 // h + MLP(n2)
     return y;
 }
 
@@ -600,8 +601,7 @@ void LlamaModel<T>::load_pretrained(const StateDict<T>& state, const std::string
         return name.size() >= buffer.size() &&
                name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
     };
-    load_values(std::string(kName) + "::load_pretrained", state, prefix, values,
-                           ignored);
+    load_values(std::string(kName) + "::load_pretrained", state, prefix, values, ignored);
 }
 
 template <class T>
@@ -631,8 +631,7 @@ Tensor<T> LlamaModel<T>::decode(TensorView<const std::int64_t> input_ids, LlamaC
     if (Tn > cache.capacity() - cache.size())
         throw_invalid_argument(fn, "input_ids",
                                "must fit the cache, which holds " + std::to_string(cache.size()) +
-                                   " of capacity " + std::to_string(cache.capacity()) +
-                                   " tokens",
+                                   " of capacity " + std::to_string(cache.capacity()) + " tokens",
                                std::to_string(Tn) + " new tokens");
     const bool padded = padding.data() != nullptr && padding.numel() > 0;
     if (padded) headwise::detail::check_shape(fn, "padding", padding.shape(), input_ids.shape());
