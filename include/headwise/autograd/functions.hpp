@@ -29,6 +29,7 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "../tensor_ops/concat.hpp"
+#include "detail/recorded_call.hpp"
 #include "tape.hpp"
 
 namespace headwise::autograd {
@@ -94,68 +95,31 @@ Var<T> mse_loss(const Var<T>& input, TensorView<const T> target,
 
 // ---- definitions ----------------------------------------------------------------------------
 
-namespace detail_functions {
-
-/// For the modules whose backward is `Tensor<T> backward(x, dy)`.
-template <class T, class M>
-Var<T> apply_on_input(const char* fn, M& m, const Var<T>& x, bool has_parameters) {
-    if (x.tape() == nullptr)
-        throw std::invalid_argument(std::string(fn) + ": x: is an empty Var (made by no tape)");
-    Tape<T>& tape = *x.tape();
-    const bool rec = tape.begin_call(fn, {&x}, {"x"}, has_parameters);
-    auto y = std::make_shared<Tensor<T>>(m.forward(x.value()));
-    TensorView<const T> yv = *y;
-    if (!rec) return tape.constant(std::move(y), yv);
-    return tape.record(std::move(y), yv, [&tape, &m, x](TensorView<const T> dy) {
-        tape.accumulate(x, m.backward(x.value(), dy));
-    });
-}
-
-template <class T>
-Tape<T>& tape_of(const char* fn, const char* argument, const Var<T>& v) {
-    if (v.tape() == nullptr)
-        throw std::invalid_argument(std::string(fn) + ": " + argument +
-                                    ": is an empty Var (made by no tape)");
-    return *v.tape();
-}
-
-/// Throws before a module in eval mode runs a forward that a recording tape could not
-/// differentiate.
-template <class M>
-void check_training(const char* fn, const M& m, bool rec) {
-    if (rec && !m.is_training())
-        throw std::invalid_argument(std::string(fn) + ": m: " + M::kName +
-                                    " is in eval mode, which saves nothing for backward; call "
-                                    "train(), or run it on a tape in no-grad mode");
-}
-
-}  // namespace detail_functions
-
 template <class T>
 Var<T> apply(Linear<T>& m, const Var<T>& x) {
-    return detail_functions::apply_on_input("headwise::autograd::apply(Linear)", m, x, true);
+    return detail::apply_on_input("headwise::autograd::apply(Linear)", m, x, true);
 }
 template <class T>
 Var<T> apply(LayerNorm<T>& m, const Var<T>& x) {
-    return detail_functions::apply_on_input("headwise::autograd::apply(LayerNorm)", m, x, true);
+    return detail::apply_on_input("headwise::autograd::apply(LayerNorm)", m, x, true);
 }
 template <class T>
 Var<T> apply(RMSNorm<T>& m, const Var<T>& x) {
-    return detail_functions::apply_on_input("headwise::autograd::apply(RMSNorm)", m, x, true);
+    return detail::apply_on_input("headwise::autograd::apply(RMSNorm)", m, x, true);
 }
 template <class T>
 Var<T> apply(GELU<T>& m, const Var<T>& x) {
-    return detail_functions::apply_on_input("headwise::autograd::apply(GELU)", m, x, false);
+    return detail::apply_on_input("headwise::autograd::apply(GELU)", m, x, false);
 }
 template <class T>
 Var<T> apply(ReLU<T>& m, const Var<T>& x) {
-    return detail_functions::apply_on_input("headwise::autograd::apply(ReLU)", m, x, false);
+    return detail::apply_on_input("headwise::autograd::apply(ReLU)", m, x, false);
 }
 
 template <class T>
 Var<T> apply(Dropout<T>& m, const Var<T>& x) {
     constexpr const char* fn = "headwise::autograd::apply(Dropout)";
-    Tape<T>& tape = detail_functions::tape_of(fn, "x", x);
+    Tape<T>& tape = detail::tape_of(fn, "x", x);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, false);
     auto f = std::make_shared<DropoutForward<T>>(m.forward(x.value()));
     TensorView<const T> yv = f->output;
@@ -183,9 +147,9 @@ Var<T> apply(Embedding<T>& m, Tape<T>& tape, TensorView<const std::int64_t> indi
 template <class T>
 Var<T> apply(TransformerEncoderLayer<T>& m, const Var<T>& x, const AttentionMasks<T>& masks) {
     constexpr const char* fn = "headwise::autograd::apply(TransformerEncoderLayer)";
-    Tape<T>& tape = detail_functions::tape_of(fn, "x", x);
+    Tape<T>& tape = detail::tape_of(fn, "x", x);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, true);
-    detail_functions::check_training(fn, m, rec);
+    detail::check_training(fn, m, rec);
     auto f = std::make_shared<TransformerEncoderLayerForward<T>>(m.forward(x.value(), masks));
     TensorView<const T> yv = f->output;
     if (!rec) {
@@ -201,9 +165,9 @@ Var<T> apply(TransformerEncoderLayer<T>& m, const Var<T>& x, const AttentionMask
 template <class T>
 Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>& masks) {
     constexpr const char* fn = "headwise::autograd::apply(MultiheadAttention)";
-    Tape<T>& tape = detail_functions::tape_of(fn, "x", x);
+    Tape<T>& tape = detail::tape_of(fn, "x", x);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, true);
-    detail_functions::check_training(fn, m, rec);
+    detail::check_training(fn, m, rec);
     auto f =
         std::make_shared<AttentionForward<T>>(m.forward(x.value(), x.value(), x.value(), masks));
     TensorView<const T> yv = f->output;
@@ -224,9 +188,9 @@ template <class T>
 Var<T> attention(MultiheadAttention<T>& m, const Var<T>& query, const Var<T>& key,
                  const Var<T>& value, const AttentionMasks<T>& masks) {
     constexpr const char* fn = "headwise::autograd::attention";
-    Tape<T>& tape = detail_functions::tape_of(fn, "query", query);
+    Tape<T>& tape = detail::tape_of(fn, "query", query);
     const bool rec = tape.begin_call(fn, {&query, &key, &value}, {"query", "key", "value"}, true);
-    detail_functions::check_training(fn, m, rec);
+    detail::check_training(fn, m, rec);
     auto f = std::make_shared<AttentionForward<T>>(
         m.forward(query.value(), key.value(), value.value(), masks));
     TensorView<const T> yv = f->output;
@@ -247,7 +211,7 @@ Var<T> attention(MultiheadAttention<T>& m, const Var<T>& query, const Var<T>& ke
 template <class T>
 Var<T> add(const Var<T>& a, const Var<T>& b) {
     constexpr const char* fn = "headwise::autograd::add";
-    Tape<T>& tape = detail_functions::tape_of(fn, "a", a);
+    Tape<T>& tape = detail::tape_of(fn, "a", a);
     if (b.shape() != a.shape()) throw shape_error(fn, "b", a.shape().str(), b.shape());
     const bool rec = tape.begin_call(fn, {&a, &b}, {"a", "b"}, false);
     auto y = std::make_shared<Tensor<T>>(Tensor<T>::uninitialized(a.shape()));
@@ -268,7 +232,7 @@ Var<T> add(const Var<T>& a, const Var<T>& b) {
 template <class T>
 Var<T> reshape(const Var<T>& x, const Shape& shape) {
     constexpr const char* fn = "headwise::autograd::reshape";
-    Tape<T>& tape = detail_functions::tape_of(fn, "x", x);
+    Tape<T>& tape = detail::tape_of(fn, "x", x);
     if (shape.numel() != x.numel())
         throw shape_error(fn, "shape", "as many elements as " + x.shape().str(), shape);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, false);
@@ -288,7 +252,7 @@ template <class T>
 Var<T> concat_last(const std::vector<Var<T>>& parts) {
     constexpr const char* fn = "headwise::autograd::concat_last";
     if (parts.empty()) throw_invalid_argument(fn, "parts", "must hold at least one Var", "0");
-    Tape<T>& tape = detail_functions::tape_of(fn, "parts[0]", parts[0]);
+    Tape<T>& tape = detail::tape_of(fn, "parts[0]", parts[0]);
     std::vector<const Var<T>*> inputs;
     std::vector<std::string> name_store;
     std::vector<const char*> names;
@@ -312,44 +276,23 @@ Var<T> concat_last(const std::vector<Var<T>>& parts) {
     });
 }
 
-namespace detail_functions {
-
-/// A loss as a one-element Var whose backward scales the loss's gradient by d loss.
-template <class T>
-Var<T> record_loss(Tape<T>& tape, bool rec, const Var<T>& input, LossResult<T>&& r) {
-    auto y = std::make_shared<Tensor<T>>(Shape{});
-    y->data()[0] = static_cast<T>(r.value);
-    TensorView<const T> yv = *y;
-    if (!rec) return tape.constant(std::move(y), yv);
-    auto grad = std::make_shared<Tensor<T>>(std::move(r.grad));
-    return tape.record(std::move(y), yv, [&tape, input, grad](TensorView<const T> dy) {
-        Tensor<T> dx = Tensor<T>::uninitialized(grad->shape());
-        // With the usual seed d loss = 1 the product is exact: the loss's own gradient.
-        const T s = dy.data()[0];
-        for (Index i = 0; i < dx.numel(); ++i) dx.data()[i] = s * grad->data()[i];
-        tape.accumulate(input, std::move(dx));
-    });
-}
-
-}  // namespace detail_functions
-
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, TensorView<const std::int64_t> targets,
                      const CrossEntropyOptions& options) {
     constexpr const char* fn = "headwise::autograd::cross_entropy";
-    Tape<T>& tape = detail_functions::tape_of(fn, "logits", logits);
+    Tape<T>& tape = detail::tape_of(fn, "logits", logits);
     const bool rec = tape.begin_call(fn, {&logits}, {"logits"}, false);
-    return detail_functions::record_loss(
-        tape, rec, logits, headwise::cross_entropy<T>(logits.value(), targets, options));
+    return detail::record_loss(tape, rec, logits,
+                               headwise::cross_entropy<T>(logits.value(), targets, options));
 }
 
 template <class T>
 Var<T> mse_loss(const Var<T>& input, TensorView<const T> target, Reduction reduction) {
     constexpr const char* fn = "headwise::autograd::mse_loss";
-    Tape<T>& tape = detail_functions::tape_of(fn, "input", input);
+    Tape<T>& tape = detail::tape_of(fn, "input", input);
     const bool rec = tape.begin_call(fn, {&input}, {"input"}, false);
-    return detail_functions::record_loss(tape, rec, input,
-                                         headwise::mse_loss<T>(input.value(), target, reduction));
+    return detail::record_loss(tape, rec, input,
+                               headwise::mse_loss<T>(input.value(), target, reduction));
 }
 
 }  // namespace headwise::autograd

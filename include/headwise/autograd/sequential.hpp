@@ -44,6 +44,12 @@ public:
         return std::get<I>(layers_);
     }
 
+    /// f(layer) for each layer, in order.
+    template <class F>
+    void for_each_layer(F&& f) {
+        for_each(*this, [&](auto& layer, std::size_t) { f(layer); });
+    }
+
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit) {
         for_each(self, [&](auto& layer, std::size_t i) {
@@ -104,22 +110,11 @@ Var<T> apply(Residual<Inner>& r, const Var<T>& x) {
     return x + apply(r.inner(), x);
 }
 
-namespace detail_functions {
-
-template <class T, class Seq, std::size_t I>
-Var<T> apply_from(Seq& seq, const Var<T>& x) {
-    if constexpr (I == Seq::size) {
-        return x;
-    } else {
-        return apply_from<T, Seq, I + 1>(seq, apply(seq.template get<I>(), x));
-    }
-}
-
-}  // namespace detail_functions
-
 template <class T, class... Layers>
 Var<T> apply(Sequential<Layers...>& seq, const Var<T>& x) {
-    return detail_functions::apply_from<T, Sequential<Layers...>, 0>(seq, x);
+    Var<T> y = x;
+    seq.for_each_layer([&](auto& layer) { y = apply(layer, y); });
+    return y;
 }
 
 }  // namespace headwise::autograd

@@ -69,8 +69,9 @@ private:
 ///
 /// In no-grad mode (Tape(no_grad) or set_recording(false)) nothing is recorded: the functions
 /// run the modules' forwards and return Vars that only hold the values, so evaluation costs the
-/// plain forward. A call whose inputs need no gradient and that has no parameters is not
-/// recorded either.
+/// plain forward and one small allocation per call (the result's shared holder). A call whose
+/// inputs need no gradient and that has no parameters is not recorded either. A module's mode is
+/// its own: no-grad mode does not switch dropout off (eval() does), as in torch.
 template <class T>
 class Tape {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -88,16 +89,18 @@ public:
     /// Switches recording on or off for the calls that follow; what is recorded stays.
     void set_recording(bool on) noexcept { recording_ = on; }
 
-    /// A leaf: `value` (moved in, no copy) as a Var of this tape. With requires_grad (and a
-    /// recording tape) backward keeps its gradient, read with grad(); without, it is a
-    /// constant that backward does not reach.
+    /// A leaf: `value` (pass it with std::move to avoid a copy) as a Var of this tape. With
+    /// requires_grad (and a recording tape) backward keeps its gradient, read with grad(); without,
+    /// it is a constant that backward does not reach.
     Var<T> input(Tensor<T> value, bool requires_grad = false);
 
     /// Backpropagates from `loss`, which must hold one element, with seed d loss = 1. Throws
     /// std::invalid_argument (before any gradient changes) for a Var of another tape, of an
     /// earlier recording, one backward cannot reach, or a second backward over one recording
     /// (the first freed the saved activations); shape_error for a loss of more than one
-    /// element.
+    /// element. Each record's saved activations are freed once its backward has run, the rest
+    /// at the end; leaf gradients stay for grad(). Should a module's backward throw, the
+    /// parameter gradients added before stay added and the recording is spent.
     void backward(const Var<T>& loss);
     /// The same from any recorded `output` with d output = grad_output (its shape).
     void backward(const Var<T>& output, TensorView<const T> grad_output);
@@ -284,7 +287,7 @@ void Tape<T>::backward(const Var<T>& output, TensorView<const T> grad_output) {
         throw std::invalid_argument(std::string(fn) +
                                     ": output: was not recorded (no-grad mode, or it depends on "
                                     "no parameter and no input with requires_grad)");
-    detail::check_shape(fn, "grad_output", grad_output.shape(), output.shape());
+    headwise::detail::check_shape(fn, "grad_output", grad_output.shape(), output.shape());
     done_ = true;
     Tensor<T> seed(grad_output.shape());
     seed.matrix() = grad_output.matrix();
