@@ -243,7 +243,7 @@ TEST_CASE("from_pretrained names the file and the entry on errors", "[llama]") {
         LlamaForCausalLM<float>::from_pretrained(d);
         FAIL("no error");
     } catch (const std::runtime_error& e) {
-        CHECK_THAT(e.what(), Catch::Contains(d + "/config.json"));
+        CHECK_THAT(e.what(), ContainsSubstring(d + "/config.json"));
     }
     const std::string config = read_text(model_dir("untied") + "/config.json");
     write_text(d + "/config.json", config);
@@ -251,7 +251,7 @@ TEST_CASE("from_pretrained names the file and the entry on errors", "[llama]") {
         LlamaForCausalLM<float>::from_pretrained(d);
         FAIL("no error");
     } catch (const std::runtime_error& e) {
-        CHECK_THAT(e.what(), Catch::Contains(d + "/model.safetensors"));
+        CHECK_THAT(e.what(), ContainsSubstring(d + "/model.safetensors"));
     }
     // The tied model's weights (no lm_head.weight) under the untied config.
     std::filesystem::copy_file(model_dir("tied") + "/model.safetensors", d + "/model.safetensors");
@@ -259,8 +259,8 @@ TEST_CASE("from_pretrained names the file and the entry on errors", "[llama]") {
         LlamaForCausalLM<float>::from_pretrained(d);
         FAIL("no error");
     } catch (const std::invalid_argument& e) {
-        CHECK_THAT(e.what(), Catch::Contains("model.safetensors") &&
-                                 Catch::Contains("lm_head.weight: missing"));
+        CHECK_THAT(e.what(), ContainsSubstring("model.safetensors") &&
+                                 ContainsSubstring("lm_head.weight: missing"));
     }
     const auto refused = [&](const std::string& from, const std::string& to,
                              const std::string& key) {
@@ -273,7 +273,7 @@ TEST_CASE("from_pretrained names the file and the entry on errors", "[llama]") {
             LlamaForCausalLM<float>::from_pretrained(d);
             FAIL("no error for " + to);
         } catch (const std::runtime_error& e) {
-            CHECK_THAT(e.what(), Catch::Contains(d + "/config.json") && Catch::Contains(key));
+            CHECK_THAT(e.what(), ContainsSubstring(d + "/config.json") && ContainsSubstring(key));
         }
     };
     refused("\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"", "rope_parameters");
