@@ -2,6 +2,9 @@
 // Umbrella header: everything public in headwise.
 #pragma once
 
+#include "autograd/functions.hpp"
+#include "autograd/sequential.hpp"
+#include "autograd/tape.hpp"
 #include "compare.hpp"
 #include "config.hpp"
 #include "error.hpp"
@@ -27,11 +30,13 @@
 #include "layers/swiglu.hpp"
 #include "layers/transformer_decoder_layer.hpp"
 #include "layers/transformer_encoder_layer.hpp"
-// The BERT encoder reads config.json and safetensors files (nlohmann/json); its tokenizer and the
-// sentence-embedding pipeline also need utf8proc (linked by headwise::headwise when CMake found
-// it).
+// The BERT encoder and the Llama decoder read config.json and safetensors files (nlohmann/json);
+// the BERT tokenizer and the sentence-embedding pipeline also need utf8proc (linked by
+// headwise::headwise when CMake found it).
 #if __has_include(<nlohmann/json.hpp>)
 #include "models/bert.hpp"
+#include "models/generation.hpp"
+#include "models/llama.hpp"
 #if __has_include(<utf8proc.h>)
 #include "models/sentence_embedding.hpp"
 #include "text/wordpiece.hpp"
