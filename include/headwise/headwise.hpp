@@ -21,6 +21,7 @@
 #include "layers/attention/options.hpp"
 #include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
+#include "layers/feed_forward_activation.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"

@@ -13,6 +13,7 @@
 #include "../config.hpp"
 #include "../detail/attention_options.hpp"
 #include "../detail/instance_id.hpp"
+#include "../detail/transformer_layer.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../ops/dropout.hpp"
@@ -21,10 +22,10 @@
 #include "attention/multihead_attention.hpp"
 #include "attention/options.hpp"
 #include "dropout.hpp"
+#include "feed_forward_activation.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
 #include "module.hpp"
-#include "transformer_encoder_layer.hpp"  // Activation
 
 namespace headwise {
 
@@ -197,30 +198,8 @@ void TransformerDecoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
 
 template <class T>
 const TransformerDecoderLayerOptions& TransformerDecoderLayer<T>::checked(const Options& o) {
-    constexpr const char* fn = "headwise::TransformerDecoderLayer::TransformerDecoderLayer";
-    if (o.d_model <= 0)
-        throw_invalid_argument(fn, "options.d_model", "must be positive",
-                               std::to_string(o.d_model));
-    if (o.nhead <= 0 || o.d_model % o.nhead != 0)
-        throw_invalid_argument(fn, "options.nhead",
-                               "must be positive and divide d_model = " + std::to_string(o.d_model),
-                               std::to_string(o.nhead));
-    if (o.dim_feedforward <= 0)
-        throw_invalid_argument(fn, "options.dim_feedforward", "must be positive",
-                               std::to_string(o.dim_feedforward));
-    if (!(o.dropout >= 0.0 && o.dropout < 1.0))
-        throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
-                               detail::shortest_str(o.dropout));
-    // Checked here, before the members that take these options would blame themselves
-    // (LayerNorm::eps, MultiheadAttention's options.projection) for the decoder's option.
-    if (!(o.layer_norm_eps >= 0.0 && std::isfinite(o.layer_norm_eps)))
-        throw_invalid_argument(fn, "options.layer_norm_eps", "must be finite and non-negative",
-                               detail::shortest_str(o.layer_norm_eps));
-    if (o.activation != Activation::relu && o.activation != Activation::gelu)
-        throw_invalid_argument(
-            fn, "options.activation", "must be relu or gelu",
-            "Activation(" + std::to_string(static_cast<int>(o.activation)) + ")");
-    detail::check_projection(fn, "options.projection", o.projection);
+    detail::check_transformer_layer_options(
+        "headwise::TransformerDecoderLayer::TransformerDecoderLayer", o);
     return o;
 }
 
@@ -295,23 +274,12 @@ void TransformerDecoderLayer<T>::check_forward(TensorView<const T> tgt, TensorVi
 
 template <class T>
 Tensor<T> TransformerDecoderLayer<T>::activate(const Tensor<T>& x) const {
-    Tensor<T> y = Tensor<T>::uninitialized(x.shape());  // [..., F]
-    if (options_.activation == Activation::relu)
-        ops::relu_forward(x.data(), x.numel(), y.data());
-    else
-        ops::gelu_forward(x.data(), x.numel(), ops::GeluApproximation::none, y.data());
-    return y;
+    return detail::feed_forward_activation(options_.activation, x);
 }
 
 template <class T>
-Tensor<T> TransformerDecoderLayer<T>::activate_backward(const Tensor<T>& x,
-                                                        const Tensor<T>& dy) const {
-    Tensor<T> dx(x.shape());  // [..., F], zero: the kernels accumulate
-    if (options_.activation == Activation::relu)
-        ops::relu_backward(x.data(), dy.data(), x.numel(), dx.data());
-    else
-        ops::gelu_backward(x.data(), dy.data(), x.numel(), ops::GeluApproximation::none, dx.data());
-    return dx;
+Tensor<T> TransformerDecoderLayer<T>::activate_backward(const Tensor<T>& x, const Tensor<T>& dy) const {
+    return detail::feed_forward_activation_backward(options_.activation, x, dy);
 }
 
 template <class T>

@@ -12,6 +12,7 @@
 
 #include "../config.hpp"
 #include "../detail/attention_options.hpp"
+#include "../detail/transformer_layer.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../ops/dropout.hpp"
@@ -20,25 +21,12 @@
 #include "attention/multihead_attention.hpp"
 #include "attention/options.hpp"
 #include "dropout.hpp"
+#include "feed_forward_activation.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
 #include "module.hpp"
 
 namespace headwise {
-
-/// The feed-forward activation of an encoder layer: torch's activation="relu" or "gelu" (the
-/// exact erf form).
-enum class Activation { relu, gelu };
-
-inline const char* to_string(Activation a) noexcept {
-    switch (a) {
-        case Activation::relu:
-            return "relu";
-        case Activation::gelu:
-            return "gelu";
-    }
-    return "unknown";
-}
 
 /// The constructor arguments of torch.nn.TransformerEncoderLayer (batch_first is always true
 /// here), plus how the attention computes its projections.
@@ -174,30 +162,8 @@ void TransformerEncoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
 
 template <class T>
 const TransformerEncoderLayerOptions& TransformerEncoderLayer<T>::checked(const Options& o) {
-    constexpr const char* fn = "headwise::TransformerEncoderLayer::TransformerEncoderLayer";
-    if (o.d_model <= 0)
-        throw_invalid_argument(fn, "options.d_model", "must be positive",
-                               std::to_string(o.d_model));
-    if (o.nhead <= 0 || o.d_model % o.nhead != 0)
-        throw_invalid_argument(fn, "options.nhead",
-                               "must be positive and divide d_model = " + std::to_string(o.d_model),
-                               std::to_string(o.nhead));
-    if (o.dim_feedforward <= 0)
-        throw_invalid_argument(fn, "options.dim_feedforward", "must be positive",
-                               std::to_string(o.dim_feedforward));
-    if (!(o.dropout >= 0.0 && o.dropout < 1.0))
-        throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
-                               detail::shortest_str(o.dropout));
-    // Checked here, before the members that take these options would blame themselves
-    // (LayerNorm::eps, MultiheadAttention's options.projection) for the encoder's option.
-    if (!(o.layer_norm_eps >= 0.0 && std::isfinite(o.layer_norm_eps)))
-        throw_invalid_argument(fn, "options.layer_norm_eps", "must be finite and non-negative",
-                               detail::shortest_str(o.layer_norm_eps));
-    if (o.activation != Activation::relu && o.activation != Activation::gelu)
-        throw_invalid_argument(
-            fn, "options.activation", "must be relu or gelu",
-            "Activation(" + std::to_string(static_cast<int>(o.activation)) + ")");
-    detail::check_projection(fn, "options.projection", o.projection);
+    detail::check_transformer_layer_options(
+        "headwise::TransformerEncoderLayer::TransformerEncoderLayer", o);
     return o;
 }
 
@@ -226,23 +192,12 @@ TransformerEncoderLayer<T>::TransformerEncoderLayer(const Options& options, std:
 
 template <class T>
 Tensor<T> TransformerEncoderLayer<T>::activate(const Tensor<T>& x) const {
-    Tensor<T> y = Tensor<T>::uninitialized(x.shape());  // [..., F]
-    if (options_.activation == Activation::relu)
-        ops::relu_forward(x.data(), x.numel(), y.data());
-    else
-        ops::gelu_forward(x.data(), x.numel(), ops::GeluApproximation::none, y.data());
-    return y;
+    return detail::feed_forward_activation(options_.activation, x);
 }
 
 template <class T>
-Tensor<T> TransformerEncoderLayer<T>::activate_backward(const Tensor<T>& x,
-                                                        const Tensor<T>& dy) const {
-    Tensor<T> dx(x.shape());  // [..., F], zero: the kernels accumulate
-    if (options_.activation == Activation::relu)
-        ops::relu_backward(x.data(), dy.data(), x.numel(), dx.data());
-    else
-        ops::gelu_backward(x.data(), dy.data(), x.numel(), ops::GeluApproximation::none, dx.data());
-    return dx;
+Tensor<T> TransformerEncoderLayer<T>::activate_backward(const Tensor<T>& x, const Tensor<T>& dy) const {
+    return detail::feed_forward_activation_backward(options_.activation, x, dy);
 }
 
 template <class T>
