@@ -79,8 +79,7 @@ TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gr
     using T = TestType;
     const std::string name = GENERATE("post_norm_relu", "pre_norm_relu", "post_norm_gelu_masks",
                                       "pre_norm_gelu_masks", "pre_norm_gelu_unbatched");
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, to_string(projection));
     const EncoderCase c = load_encoder_case(name);
     TransformerEncoderLayerOptions o = options_of(c);

@@ -220,8 +220,7 @@ TEST_CASE("BertTokenizer: every code point, against a sweep of tokenizers (optio
         const auto bar = line.find('|');
         const std::string cp = line.substr(0, bar);
         std::string text = "a";
-        headwise::detail::append_utf8(text,
-                                            static_cast<std::int32_t>(std::stol(cp, nullptr, 16)));
+        headwise::detail::append_utf8(text, static_cast<std::int32_t>(std::stol(cp, nullptr, 16)));
         text += "b";
         std::string got;
         for (const std::string& w : tok->basic_tokenize(text)) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Reading a whole text file, and a JSON object from a file, with errors naming the file (models/, text/).
+// Reading a whole text file, and a JSON object from a file, with errors naming the file (models/,
+// text/).
 #pragma once
 
 #include <nlohmann/json.hpp>

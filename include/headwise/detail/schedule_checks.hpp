@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// What a learning-rate schedule is, and the argument checks the schedules share (optim/schedules.hpp).
+// What a learning-rate schedule is, and the argument checks the schedules share
+// (optim/schedules.hpp).
 #pragma once
 
 #include <cmath>        // std::isfinite

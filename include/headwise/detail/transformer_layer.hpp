@@ -33,8 +33,7 @@ void check_transformer_layer_options(const char* fn, const Options& o) {
         throw_invalid_argument(fn, "options.dim_feedforward", "must be positive",
                                std::to_string(o.dim_feedforward));
     if (!(o.dropout >= 0.0 && o.dropout < 1.0))
-        throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)",
-                               shortest_str(o.dropout));
+        throw_invalid_argument(fn, "options.dropout", "must be in [0, 1)", shortest_str(o.dropout));
     if (!(o.layer_norm_eps >= 0.0 && std::isfinite(o.layer_norm_eps)))
         throw_invalid_argument(fn, "options.layer_norm_eps", "must be finite and non-negative",
                                shortest_str(o.layer_norm_eps));

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Unicode classes, UTF-8 encoding and decoding for the BERT tokenizer (text/wordpiece.hpp); needs utf8proc.
+// Unicode classes, UTF-8 encoding and decoding for the BERT tokenizer (text/wordpiece.hpp); needs
+// utf8proc.
 #pragma once
 
 #include <utf8proc.h>

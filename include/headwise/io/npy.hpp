@@ -182,13 +182,15 @@ std::map<std::string, Tensor<T>> load_npy_dict(const std::string& dir) {
     if (!fs::is_directory(dir, ec)) io::detail::npy::fail(kFunction, dir, "not a directory");
     std::map<std::string, Tensor<T>> tensors;
     fs::directory_iterator it(dir, ec);
-    if (ec) io::detail::npy::fail(kFunction, dir, "cannot list the directory (" + ec.message() + ")");
+    if (ec)
+        io::detail::npy::fail(kFunction, dir, "cannot list the directory (" + ec.message() + ")");
     for (; it != fs::directory_iterator(); it.increment(ec)) {
         const fs::path& file = it->path();
         if (file.extension() != ".npy" || !fs::is_regular_file(file, ec)) continue;
         tensors.emplace(file.stem().string(), load_npy<T>(file.string()));
     }
-    if (ec) io::detail::npy::fail(kFunction, dir, "cannot list the directory (" + ec.message() + ")");
+    if (ec)
+        io::detail::npy::fail(kFunction, dir, "cannot list the directory (" + ec.message() + ")");
     return tensors;
 }
 
@@ -204,7 +206,8 @@ void save_npy_dict(const std::string& dir, const std::map<std::string, Tensor<T>
                                    "'" + entry.first + "'");
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) io::detail::npy::fail(kFunction, dir, "cannot create the directory (" + ec.message() + ")");
+    if (ec)
+        io::detail::npy::fail(kFunction, dir, "cannot create the directory (" + ec.message() + ")");
     for (const auto& [key, tensor] : tensors)
         save_npy<T>((fs::path(dir) / (key + ".npy")).string(), tensor.view());
 }

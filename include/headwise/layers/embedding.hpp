@@ -97,7 +97,7 @@ private:
 
     /// padding_idx checked against num_embeddings and made non-negative, as torch does.
     static std::optional<Index> checked_padding_idx(Index num_embeddings,
-                                                        std::optional<Index> padding_idx) {
+                                                    std::optional<Index> padding_idx) {
         if (!padding_idx) return std::nullopt;
         const Index p = *padding_idx;
         if (p < -num_embeddings || p >= num_embeddings)
@@ -113,11 +113,12 @@ private:
     static Shape output_shape(const char* fn, const Shape& indices, Index E) {
         constexpr int max_rank = Shape::kMaxRank - 1;
         if (indices.rank() > max_rank)
-            throw shape_error(fn, "indices",
-                              "of rank at most " + std::to_string(max_rank) +
-                                  " (the output adds the embedding axis, and a tensor has at most " +
-                                  std::to_string(Shape::kMaxRank) + ")",
-                              indices);
+            throw shape_error(
+                fn, "indices",
+                "of rank at most " + std::to_string(max_rank) +
+                    " (the output adds the embedding axis, and a tensor has at most " +
+                    std::to_string(Shape::kMaxRank) + ")",
+                indices);
         std::vector<Index> dims = indices.to_vector();
         dims.push_back(E);
         return Shape(dims);

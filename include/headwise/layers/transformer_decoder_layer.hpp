@@ -278,7 +278,8 @@ Tensor<T> TransformerDecoderLayer<T>::activate(const Tensor<T>& x) const {
 }
 
 template <class T>
-Tensor<T> TransformerDecoderLayer<T>::activate_backward(const Tensor<T>& x, const Tensor<T>& dy) const {
+Tensor<T> TransformerDecoderLayer<T>::activate_backward(const Tensor<T>& x,
+                                                        const Tensor<T>& dy) const {
     return detail::feed_forward_activation_backward(options_.activation, x, dy);
 }
 

@@ -196,7 +196,8 @@ Tensor<T> TransformerEncoderLayer<T>::activate(const Tensor<T>& x) const {
 }
 
 template <class T>
-Tensor<T> TransformerEncoderLayer<T>::activate_backward(const Tensor<T>& x, const Tensor<T>& dy) const {
+Tensor<T> TransformerEncoderLayer<T>::activate_backward(const Tensor<T>& x,
+                                                        const Tensor<T>& dy) const {
     return detail::feed_forward_activation_backward(options_.activation, x, dy);
 }
 

@@ -72,7 +72,8 @@ public:
     const AdamOptions& options() const noexcept { return options_; }
     /// Changes the learning rate (for a schedule); throws for a negative or non-finite value.
     void set_lr(double lr) {
-        detail::check_hyper(decoupled_ ? "headwise::AdamW::set_lr" : "headwise::Adam::set_lr", "lr", lr);
+        detail::check_hyper(decoupled_ ? "headwise::AdamW::set_lr" : "headwise::Adam::set_lr", "lr",
+                            lr);
         options_.lr = lr;
     }
     const std::vector<Parameter<T>>& parameters() const noexcept { return params_; }
@@ -238,18 +239,19 @@ void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
         expected.emplace(g + key, Shape{});
     expected.emplace(g + "betas", Shape{2});
     expected.emplace(g + "params", Shape{static_cast<Index>(n)});
-    detail::check_state_keys<T>(fn, state, expected,
-                        "state.<i>.{step, exp_avg, exp_avg_sq" +
-                            std::string(options_.amsgrad ? ", max_exp_avg_sq" : "") + "} for i < " +
-                            std::to_string(n) +
-                            ", param_groups.0.{lr, betas, eps, weight_decay, amsgrad, params}");
+    detail::check_state_keys<T>(
+        fn, state, expected,
+        "state.<i>.{step, exp_avg, exp_avg_sq" +
+            std::string(options_.amsgrad ? ", max_exp_avg_sq" : "") + "} for i < " +
+            std::to_string(n) + ", param_groups.0.{lr, betas, eps, weight_decay, amsgrad, params}");
     detail::check_param_indices(fn, state.at(g + "params"));
     detail::check_hyper_matches(fn, g + "betas[0]", state.at(g + "betas"), options_.beta1, 0);
     detail::check_hyper_matches(fn, g + "betas[1]", state.at(g + "betas"), options_.beta2, 1);
     detail::check_hyper_matches(fn, g + "eps", state.at(g + "eps"), options_.eps);
     detail::check_hyper_matches(fn, g + "weight_decay", state.at(g + "weight_decay"),
-                        options_.weight_decay);
-    detail::check_hyper_matches(fn, g + "amsgrad", state.at(g + "amsgrad"), options_.amsgrad ? 1.0 : 0.0);
+                                options_.weight_decay);
+    detail::check_hyper_matches(fn, g + "amsgrad", state.at(g + "amsgrad"),
+                                options_.amsgrad ? 1.0 : 0.0);
     const double lr = detail::restored_lr(fn, g + "lr", state.at(g + "lr"), options_.lr);
     std::vector<Index> steps(n);
     for (std::size_t i = 0; i < n; ++i) {

@@ -106,8 +106,7 @@ TEST_CASE("grouped-query golden cases exist", "[gqa][golden]") {
 TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.13 in double",
           "[gqa][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     check_case<double>(headwise::test::load_golden_case(name, "gqa"), projection,
                        kGoldenTolerance<double>);
@@ -115,8 +114,7 @@ TEST_CASE("grouped-query, scaled and bottom-right attention reproduce PyTorch 1.
 
 TEST_CASE("grouped-query attention reproduces PyTorch 1.13 in float", "[gqa][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names("gqa")));
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection,
                       kGoldenTolerance<float>);

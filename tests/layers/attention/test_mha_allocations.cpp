@@ -11,11 +11,11 @@
 #include "support/projections.hpp"
 
 using namespace headwise;
+using headwise::test::kProjections;
 using test::count_allocations;
 using test::Inputs;
 using test::MaskKind;
 using test::MhaConfig;
-using headwise::test::kProjections;
 
 namespace {
 

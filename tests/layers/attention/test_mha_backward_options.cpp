@@ -17,8 +17,8 @@
 
 using namespace headwise;
 namespace reference = headwise::test::reference;
-using headwise::test::Tol;
 using headwise::test::kProjections;
+using headwise::test::Tol;
 
 namespace {
 

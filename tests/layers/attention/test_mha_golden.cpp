@@ -139,8 +139,7 @@ TEST_CASE("golden cases exist and are complete", "[mha][golden]") {
 TEST_CASE("MultiheadAttention<double> reproduces PyTorch 1.13 on every golden case",
           "[mha][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     const auto kernel =
         GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
     CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
@@ -153,8 +152,7 @@ TEST_CASE(
     "rounding",
     "[mha][golden]") {
     const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     const auto kernel =
         GENERATE(headwise::AttentionKernel::blocked, headwise::AttentionKernel::materialised);
     CAPTURE(name, headwise::to_string(projection), headwise::to_string(kernel));
@@ -209,8 +207,7 @@ TEST_CASE("golden state dicts load and save under PyTorch's names and shapes", "
 TEST_CASE("each forward keeps its own state until its backward, and eval mode agrees",
           "[mha][golden]") {
     const std::string name = GENERATE(as<std::string>{}, "attn_mask_bias_padding", "bias_kv");
-    const Projection projection =
-        GENERATE(from_range(kProjections));
+    const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     const GoldenCase c = headwise::test::load_golden_case(name);
     headwise::MultiheadAttention<double> mha(options_of<double>(c, projection), 1);

@@ -13,10 +13,10 @@
 
 using namespace headwise;
 using headwise::test::Inputs;
+using headwise::test::kProjections;
 using headwise::test::MaskKind;
 using headwise::test::MhaConfig;
 using headwise::test::with;
-using headwise::test::kProjections;
 
 namespace {
 
