@@ -3,14 +3,20 @@
 #pragma once
 
 #include <cmath>        // std::sqrt
-#include <string>       // std::to_string
-#include <type_traits>  // std::conditional_t, std::is_const_v
+#include <cstddef>      // std::size_t
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::conditional_t, std::is_const_v, std::is_same_v
 #include <utility>      // std::move, std::pair
+#include <vector>       // std::vector
 
+#include "../bf16.hpp"
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
+#include "../ops/gemm_bf16.hpp"
 #include "../ops/linear.hpp"
+#include "../precision.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -55,6 +61,24 @@ public:
     /// The same, ADDING dx into the caller buffer dx[..., in] (zero it first, or let a residual
     /// branch's gradient sum into it).
     void backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
+
+    /// Precision::bf16 (Linear<float> only; inference): converts the weight to bf16 once and
+    /// releases the float weight and the gradients, so the weight takes half the bytes
+    /// (memory_bytes()); forward then rounds its input to bf16, multiplies with float
+    /// accumulation and adds the float bias. The bias stays float. While in bf16, weight() and
+    /// parameters() see an empty [0, 0] weight, and backward throws std::invalid_argument.
+    /// Precision::float32 converts back (exactly: the weight keeps its bf16-rounded values).
+    /// Throws std::invalid_argument for bf16 on Linear<double>, or a value that is no
+    /// Precision enumerator.
+    Linear& with_precision(Precision precision);
+    Precision precision() const noexcept { return precision_; }
+    /// Bytes of the parameters as stored: the weight (4 bytes per element in float, 2 in bf16)
+    /// and the bias; gradients not counted.
+    std::size_t memory_bytes() const noexcept {
+        const std::size_t bias = sizeof(T) * static_cast<std::size_t>(bias_.numel());
+        if (precision_ == Precision::bf16) return sizeof(BFloat16) * weight_bf16_.size() + bias;
+        return sizeof(T) * static_cast<std::size_t>(weight_.numel()) + bias;
+    }
 
     Index in_features() const noexcept { return in_features_; }
     Index out_features() const noexcept { return out_features_; }
@@ -131,6 +155,8 @@ private:
     Index in_features_;
     Index out_features_;
     bool has_bias_;
+    Precision precision_ = Precision::float32;
+    std::vector<BFloat16> weight_bf16_;  // [out, in] in bf16 mode, else empty
     Tensor<T> weight_;  // [out, in]
     Tensor<T> bias_;    // [out], or [0] without bias
     // Mutable: a layer constructed uninitialized allocates them on first use, which may be a
@@ -186,7 +212,46 @@ void Linear<T>::forward_into(TensorView<const T> x, TensorView<T> y) const {
 }
 
 template <class T>
+Linear<T>& Linear<T>::with_precision(Precision precision) {
+    constexpr const char* fn = "headwise::Linear::with_precision";
+    if (precision != Precision::float32 && precision != Precision::bf16)
+        throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
+                               std::to_string(static_cast<int>(precision)));
+    if (precision == precision_) return *this;
+    if constexpr (!std::is_same_v<T, float>) {
+        throw_invalid_argument(fn, "precision", "Precision::float32 for a Linear<double>",
+                               "Precision::bf16 (bf16 is for float modules)");
+    } else {
+        const Index n = out_features_ * in_features_;
+        if (precision == Precision::bf16) {
+            weight_bf16_.resize(static_cast<std::size_t>(n));
+            to_bf16(weight_.data(), weight_bf16_.data(), n);  // [out, in], rounded once
+            weight_ = Tensor<T>(Shape{0, 0});
+            grad_weight_ = Tensor<T>(Shape{0, 0});
+            grad_bias_ = Tensor<T>(Shape{0});
+        } else {
+            weight_ = Tensor<T>::uninitialized(Shape{out_features_, in_features_});
+            to_float(weight_bf16_.data(), weight_.data(), n);  // exact
+            weight_bf16_ = std::vector<BFloat16>();
+        }
+        precision_ = precision;
+    }
+    return *this;
+}
+
+template <class T>
 void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const {
+    if constexpr (std::is_same_v<T, float>) {
+        if (precision_ == Precision::bf16) {
+            // Products in bf16 with float accumulation; the workspace is the call's own, so
+            // const forwards may run at the same time.
+            ops::Bf16LinearWorkspace workspace;
+            ops::linear_forward_bf16(
+                x.matrix(), ops::ConstBf16Matrix(weight_bf16_.data(), out_features_, in_features_),
+                has_bias_ ? bias_.data() : nullptr, y.matrix(), workspace);
+            return;
+        }
+    }
     // x [..., in] viewed as X [N, in]; y [..., out] as Y [N, out]
     ops::linear_forward<T>(x.matrix(), weight_.matrix(), has_bias_ ? bias_.data() : nullptr,
                            y.matrix());
@@ -215,6 +280,10 @@ template <class T>
 void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy,
                                    TensorView<T> dx) {
     // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
+    if (precision_ == Precision::bf16)
+        throw std::invalid_argument(
+            "headwise::Linear::backward: the layer runs in Precision::bf16, which is for "
+            "inference only; call with_precision(Precision::float32) before training it");
     grads();
     ops::linear_backward<T>(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
                             grad_weight_.matrix(), has_bias_ ? grad_bias_.data() : nullptr);

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+// Tests of Linear's Precision::bf16 (layers/linear.hpp): outputs against float and against the
+// product of the bf16-rounded input and weight, the weight's bytes halved, the round trip back to
+// float, and the errors (backward in bf16, bf16 on Linear<double>).
+#include <headwise/layers/linear.hpp>
+
+#include <cmath>      // std::abs, std::ldexp
+#include <random>     // std::mt19937_64
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+
+#include "support/catch.hpp"
+#include "support/instantiations.hpp"
+
+using headwise::Index;
+using headwise::Linear;
+using headwise::Precision;
+using headwise::round_to_bf16;
+using headwise::Shape;
+using headwise::Tensor;
+
+namespace {
+
+Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Tensor<float> x(shape);
+    for (float& v : x) v = u(rng);
+    return x;
+}
+
+/// max |a - b| / max |b|: the relative error of a whole output.
+double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
+    double diff = 0, scale = 0;
+    for (Index i = 0; i < a.numel(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
+    }
+    return diff / scale;
+}
+
+}  // namespace
+
+TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded operands", "[linear][bf16]") {
+    const bool bias = GENERATE(true, false);
+    CAPTURE(bias);
+    std::mt19937_64 rng(26);
+    const Index in = 96, out = 40;
+    Linear<float> layer(in, out, bias, rng);
+    const Tensor<float> x = random_input(Shape{3, 5, in}, rng);
+    const Tensor<float> w(layer.weight());  // float weight, copied before the switch
+    const Tensor<float> b(layer.bias());
+    const Tensor<float> y_float = layer.forward(x);
+
+    layer.with_precision(Precision::bf16);
+    CHECK(layer.precision() == Precision::bf16);
+    const Tensor<float> y = layer.forward(x);
+    CHECK(relative_error(y, y_float) <= 1e-2);
+
+    // The product of the rounded operands in double: only float's accumulation separates them.
+    for (Index n = 0; n < 15; ++n)
+        for (Index o = 0; o < out; ++o) {
+            double expected = bias ? static_cast<double>(b.data()[o]) : 0.0, magnitude = 0;
+            for (Index i = 0; i < in; ++i) {
+                const double p = static_cast<double>(round_to_bf16(x.data()[n * in + i])) *
+                                 round_to_bf16(w.data()[o * in + i]);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            CAPTURE(n, o);
+            CHECK(std::abs(y.data()[n * out + o] - expected) <=
+                  static_cast<double>(in + 2) * std::ldexp(1.0, -24) * (magnitude + 1.0));
+        }
+
+    // forward_into writes the same.
+    Tensor<float> y_into(Shape{3, 5, out});
+    layer.forward_into(x, y_into);
+    CHECK(relative_error(y_into, y) == 0.0);
+}
+
+TEST_CASE("Linear in bf16 holds its weight in half the bytes and converts back exactly", "[linear][bf16]") {
+    std::mt19937_64 rng(3);
+    Linear<float> layer(64, 32, true, rng);
+    const Tensor<float> w(layer.weight());
+    const std::size_t bias_bytes = 32 * sizeof(float);
+    const std::size_t float_bytes = layer.memory_bytes();
+    CHECK(float_bytes == 64 * 32 * sizeof(float) + bias_bytes);
+    layer.with_precision(Precision::bf16);
+    CHECK(layer.memory_bytes() - bias_bytes == (float_bytes - bias_bytes) / 2);
+    CHECK(layer.weight().numel() == 0);
+    layer.with_precision(Precision::float32);
+    CHECK(layer.memory_bytes() == float_bytes);
+    REQUIRE(layer.weight().shape() == Shape{32, 64});
+    for (Index i = 0; i < w.numel(); ++i) {
+        CAPTURE(i);
+        REQUIRE(layer.weight().data()[i] == round_to_bf16(w.data()[i]));
+    }
+}
+
+TEST_CASE("Linear in bf16 refuses backward, and Linear<double> refuses bf16", "[linear][bf16]") {
+    std::mt19937_64 rng(5);
+    Linear<float> layer(8, 4, true, rng);
+    layer.with_precision(Precision::bf16);
+    const Tensor<float> x(Shape{2, 8}), dy(Shape{2, 4});
+    try {
+        layer.backward(x, dy);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()) ==
+              "headwise::Linear::backward: the layer runs in Precision::bf16, which is for "
+              "inference only; call with_precision(Precision::float32) before training it");
+    }
+    Linear<double> d(8, 4, true, rng);
+    try {
+        d.with_precision(Precision::bf16);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("headwise::Linear::with_precision: precision") == 0);
+    }
+    CHECK(d.precision() == Precision::float32);
+}
