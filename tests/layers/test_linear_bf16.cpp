@@ -40,7 +40,8 @@ double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
 
 }  // namespace
 
-TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded operands", "[linear][bf16]") {
+TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded operands",
+          "[linear][bf16]") {
     const bool bias = GENERATE(true, false);
     CAPTURE(bias);
     std::mt19937_64 rng(26);
@@ -77,7 +78,8 @@ TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded opera
     CHECK(relative_error(y_into, y) == 0.0);
 }
 
-TEST_CASE("Linear in bf16 holds its weight in half the bytes and converts back exactly", "[linear][bf16]") {
+TEST_CASE("Linear in bf16 holds its weight in half the bytes and converts back exactly",
+          "[linear][bf16]") {
     std::mt19937_64 rng(3);
     Linear<float> layer(64, 32, true, rng);
     const Tensor<float> w(layer.weight());

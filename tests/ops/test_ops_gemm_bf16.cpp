@@ -4,10 +4,10 @@
 // bound), every transpose, strided operands, alpha and beta; linear_forward_bf16; the errors.
 #include <headwise/ops/gemm_bf16.hpp>
 
-#include <cmath>    // std::abs, std::ldexp
-#include <random>   // std::mt19937_64, std::uniform_real_distribution
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <cmath>   // std::abs, std::ldexp
+#include <random>  // std::mt19937_64, std::uniform_real_distribution
+#include <string>  // std::string
+#include <vector>  // std::vector
 
 #include "support/catch.hpp"
 
@@ -49,7 +49,8 @@ TEST_CASE("gemm_bf16 is the float-accumulated product of the bf16 operands", "[g
         {{1, 1, 1}, {2, 3, 4}, {7, 64, 5}, {33, 129, 17}, {1, 512, 96}, {96, 512, 1}}));
     const Op op_a = GENERATE(Op::none, Op::transpose);
     const Op op_b = GENERATE(Op::none, Op::transpose);
-    const auto [alpha, beta] = GENERATE(table<float, float>({{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}}));
+    const auto [alpha, beta] =
+        GENERATE(table<float, float>({{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}}));
     CAPTURE(m, k, n, op_a == Op::transpose, op_b == Op::transpose, alpha, beta);
     std::mt19937_64 rng(static_cast<std::uint64_t>(m * 1000 + k * 10 + n));
     const Index ar = op_a == Op::none ? m : k, ac = op_a == Op::none ? k : m;
@@ -57,9 +58,10 @@ TEST_CASE("gemm_bf16 is the float-accumulated product of the bf16 operands", "[g
     const Operand A(ar, ac, ac + 3, rng), B(br, bc, bc, rng);  // A strided
     std::vector<float> C(static_cast<std::size_t>(m * n));
     for (float& c : C) c = 0.75f;
-    std::vector<float> workspace(static_cast<std::size_t>(headwise::ops::gemm_bf16_workspace(ar, ac, br, bc)));
-    headwise::ops::gemm_bf16(alpha, A.bf16(), op_a, B.bf16(), op_b, beta, MatrixMap<float>(C.data(), m, n),
-                             workspace.data());
+    std::vector<float> workspace(
+        static_cast<std::size_t>(headwise::ops::gemm_bf16_workspace(ar, ac, br, bc)));
+    headwise::ops::gemm_bf16(alpha, A.bf16(), op_a, B.bf16(), op_b, beta,
+                             MatrixMap<float>(C.data(), m, n), workspace.data());
 
     double worst_rounded = 0, worst_float = 0;
     for (Index i = 0; i < m; ++i)
@@ -80,8 +82,8 @@ TEST_CASE("gemm_bf16 is the float-accumulated product of the bf16 operands", "[g
             // Over the float operands each product also carries the rounding of both factors
             // to 8 significant bits (unit roundoff u = 2^-8):
             // |a b - bf16(a) bf16(b)| <= (2u + u^2) |a b|.
-            const double bound_float = a * (std::ldexp(1.0, -7) + std::ldexp(1.0, -16)) * magnitude +
-                                       bound_rounded;
+            const double bound_float =
+                a * (std::ldexp(1.0, -7) + std::ldexp(1.0, -16)) * magnitude + bound_rounded;
             const double err_rounded = std::abs(got - (alpha * exact_rounded + c0));
             const double err_float = std::abs(got - (alpha * exact_float + c0));
             worst_rounded = std::max(worst_rounded, err_rounded / bound_rounded);
@@ -92,16 +94,18 @@ TEST_CASE("gemm_bf16 is the float-accumulated product of the bf16 operands", "[g
     CHECK(worst_float <= 1.0);
 }
 
-TEST_CASE("linear_forward_bf16 rounds the input and the weight to bf16 and adds the bias", "[gemm_bf16]") {
+TEST_CASE("linear_forward_bf16 rounds the input and the weight to bf16 and adds the bias",
+          "[gemm_bf16]") {
     std::mt19937_64 rng(7);
     const Index N = 9, in = 40, out = 11;
     const Operand X(N, in, in, rng), W(out, in, in, rng);
     std::vector<float> bias(static_cast<std::size_t>(out));
-    for (Index o = 0; o < out; ++o) bias[static_cast<std::size_t>(o)] = 0.1f * static_cast<float>(o);
+    for (Index o = 0; o < out; ++o)
+        bias[static_cast<std::size_t>(o)] = 0.1f * static_cast<float>(o);
     std::vector<float> Y(static_cast<std::size_t>(N * out));
     headwise::ops::Bf16LinearWorkspace ws;
-    headwise::ops::linear_forward_bf16(MatrixMap<const float>(X.f.data(), N, in), W.bf16(), bias.data(),
-                                       MatrixMap<float>(Y.data(), N, out), ws);
+    headwise::ops::linear_forward_bf16(MatrixMap<const float>(X.f.data(), N, in), W.bf16(),
+                                       bias.data(), MatrixMap<float>(Y.data(), N, out), ws);
     for (Index i = 0; i < N; ++i)
         for (Index o = 0; o < out; ++o) {
             double expected = bias[static_cast<std::size_t>(o)], magnitude = 0;
@@ -110,7 +114,8 @@ TEST_CASE("linear_forward_bf16 rounds the input and the weight to bf16 and adds 
                 magnitude += std::abs(X.at(Op::none, i, p, true) * W.at(Op::none, o, p, true));
             }
             CAPTURE(i, o);
-            CHECK(std::abs(static_cast<double>(Y[static_cast<std::size_t>(i * out + o)]) - expected) <=
+            CHECK(std::abs(static_cast<double>(Y[static_cast<std::size_t>(i * out + o)]) -
+                           expected) <=
                   static_cast<double>(in + 2) * std::ldexp(1.0, -24) * (magnitude + 1.0));
         }
 }

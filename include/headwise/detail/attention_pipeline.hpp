@@ -9,15 +9,17 @@
 #include <algorithm>    // std::max
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
-#include <type_traits>  // std::remove_const_t
+#include <type_traits>  // std::is_same_v, std::remove_const_t
 #include <utility>      // std::move
 
+#include "../bf16.hpp"
 #include "../config.hpp"
 #include "../layers/attention/kv_cache.hpp"
 #include "../layers/attention/options.hpp"
 #include "../ops/attention.hpp"
 #include "../ops/blocked_attention.hpp"
 #include "../ops/cached_attention.hpp"
+#include "../ops/gemm_bf16.hpp"
 #include "../ops/linear.hpp"
 #include "../ops/rope.hpp"
 #include "../ops/score_mask.hpp"
@@ -47,6 +49,11 @@ struct AttentionParameters {
     P* bias_k = nullptr;     // [Hkv D], null without add_bias_kv
     P* bias_v = nullptr;     // [Hkv D]
     bool zero_attn = false;  // the zero key and value come last
+    // Precision::bf16 (float modules, inference): w_in and w_out as bf16 copies, which steps 1
+    // and 4 multiply by instead, in `bf16_workspace`. Null in float.
+    const BFloat16* w_in_bf16 = nullptr;   // [E + 2 Hkv D, ...], as w_in
+    const BFloat16* w_out_bf16 = nullptr;  // [E, E]
+    ops::Bf16LinearWorkspace* bf16_workspace = nullptr;
 
     /// GEMM gm's weight W [w_rows, in], a row block of w_in.
     MatrixMap<P> in_weight(const ProjectionGemm& gm) const {
@@ -67,9 +74,20 @@ struct AttentionParameters {
 template <class T>
 void project(const AttentionParameters<const T>& params, const TensorView<const T> (&x)[3],
              ProjectionBuffers<T>& y) {
-    for (const ProjectionGemm& gm : y.plan().gemms)
+    for (const ProjectionGemm& gm : y.plan().gemms) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (params.w_in_bf16) {  // the same product with bf16 operands
+                ops::linear_forward_bf16(
+                    x[gm.input].matrix(),
+                    ops::ConstBf16Matrix(params.w_in_bf16 + gm.w_offset, gm.w_rows, gm.in),
+                    params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm),
+                    *params.bf16_workspace);
+                continue;
+            }
+        }
         ops::linear_forward<T>(x[gm.input].matrix(), params.in_weight(gm),
                                params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm));
+    }
 }
 
 /// Which input gradients project_backward computes.
@@ -429,6 +447,14 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
 template <class T>
 void project_out(const AttentionParameters<const T>& params, ConstMatrixRef<T> ctx,
                  MatrixRef<T> out) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (params.w_out_bf16) {
+            const Index E = params.layout.E;
+            ops::linear_forward_bf16(ctx, ops::ConstBf16Matrix(params.w_out_bf16, E, E),
+                                     params.b_out, out, *params.bf16_workspace);
+            return;
+        }
+    }
     ops::linear_forward<T>(ctx, params.out_weight(), params.b_out, out);
 }
 

@@ -109,7 +109,7 @@ inline void gemm_bf16(float alpha, ConstBf16Matrix A, Op op_a, ConstBf16Matrix B
         throw_invalid_argument(fn, A.stride < A.cols ? "A" : "B", "a row stride >= columns",
                                std::to_string(A.stride < A.cols ? A.stride : B.stride));
     // The portable path: widen both operands (exact), then the float product.
-    float* a = workspace;                  // [A.rows, A.cols]
+    float* a = workspace;                    // [A.rows, A.cols]
     float* b = workspace + A.rows * A.cols;  // [B.rows, B.cols]
     detail::widen(A, a);
     detail::widen(B, b);
@@ -139,8 +139,8 @@ inline void linear_forward_bf16(ConstMatrixRef<float> X, ConstBf16Matrix W, cons
         for (Index r = 0; r < N; ++r) Y.row(r) = bias;
         beta = 1.0f;
     }
-    gemm_bf16(1.0f, ConstBf16Matrix(workspace.x.data(), N, in), Op::none, W, Op::transpose, beta,
-              Y, workspace.gemm.data());
+    gemm_bf16(1.0f, ConstBf16Matrix(workspace.x.data(), N, in), Op::none, W, Op::transpose, beta, Y,
+              workspace.gemm.data());
 }
 
 }  // namespace headwise::ops

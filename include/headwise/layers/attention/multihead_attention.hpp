@@ -5,13 +5,17 @@
 
 #include <Eigen/Core>
 
-#include <cmath>      // std::sqrt
-#include <cstdint>    // std::uint64_t
-#include <memory>     // std::shared_ptr
-#include <stdexcept>  // std::invalid_argument
-#include <string>     // std::string, std::to_string
-#include <utility>    // std::move
+#include <cmath>        // std::sqrt
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint64_t
+#include <memory>       // std::shared_ptr
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_const_v, std::is_same_v
+#include <utility>      // std::move
+#include <vector>       // std::vector
 
+#include "../../bf16.hpp"
 #include "../../config.hpp"
 #include "../../detail/attention_buffers.hpp"
 #include "../../detail/attention_call.hpp"
@@ -24,6 +28,8 @@
 #include "../../error.hpp"
 #include "../../init.hpp"
 #include "../../ops/dropout.hpp"
+#include "../../ops/gemm_bf16.hpp"
+#include "../../precision.hpp"
 #include "../../random.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
@@ -107,6 +113,18 @@ public:
         return *this;
     }
     Projection projection() const noexcept { return options_.projection; }
+
+    /// Precision::bf16 (MultiheadAttention<float> only; inference): the in- and out-projection
+    /// weights converted to bf16 once, here, and the projections of forward and decode
+    /// multiplied in bf16 with float accumulation (inputs rounded to bf16); biases, scores,
+    /// softmax, the attention products and outputs stay float. The float parameters are kept
+    /// (parameters(), state_dict() and head() read them as before), so after changing them call
+    /// with_precision(Precision::bf16) again to convert them anew. backward throws
+    /// std::invalid_argument in bf16. Precision::float32 drops the bf16 copies and returns to
+    /// the float path. Throws std::invalid_argument for bf16 on MultiheadAttention<double> or a
+    /// value that is no Precision enumerator.
+    MultiheadAttention& with_precision(Precision precision);
+    Precision precision() const noexcept { return precision_; }
     /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
     /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
     AttentionKernel kernel_for(Index L, Index S, bool need_weights) const noexcept;
@@ -191,6 +209,11 @@ private:
         p.bias_k = options_.add_bias_kv ? bias_k.data() : nullptr;
         p.bias_v = options_.add_bias_kv ? bias_v.data() : nullptr;
         p.zero_attn = options_.add_zero_attn;
+        if (std::is_const_v<P> && precision_ == Precision::bf16) {
+            p.w_in_bf16 = w_in_bf16_.data();
+            p.w_out_bf16 = w_out_bf16_.data();
+            p.bf16_workspace = &bf16_workspace_;
+        }
         return p;
     }
 
@@ -199,6 +222,9 @@ private:
     Generator rng_;
     Tensor<T> w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_;
     Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
+    Precision precision_ = Precision::float32;
+    std::vector<BFloat16> w_in_bf16_, w_out_bf16_;     // bf16 copies of w_in_, w_out_ in bf16
+    mutable ops::Bf16LinearWorkspace bf16_workspace_;  // the bf16 projections' buffers
     // Buffers reused by every call: an eval-mode forward's activations, backward's gradients of
     // them, and the spare training activations a finished call hands back. Hence one module must
     // not run two calls at the same time; copies of it may (a copy starts with buffers of its own).
@@ -248,6 +274,30 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
         gbias_k_ = Tensor<T>(bias_k_.shape());
         gbias_v_ = Tensor<T>(bias_v_.shape());
     }
+}
+
+template <class T>
+MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision) {
+    constexpr const char* fn = "headwise::MultiheadAttention::with_precision";
+    if (precision != Precision::float32 && precision != Precision::bf16)
+        throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
+                               std::to_string(static_cast<int>(precision)));
+    if (precision == Precision::float32) {
+        w_in_bf16_ = std::vector<BFloat16>();
+        w_out_bf16_ = std::vector<BFloat16>();
+        bf16_workspace_ = ops::Bf16LinearWorkspace();
+    } else if constexpr (!std::is_same_v<T, float>) {
+        throw_invalid_argument(fn, "precision",
+                               "Precision::float32 for a MultiheadAttention<double>",
+                               "Precision::bf16 (bf16 is for float modules)");
+    } else {
+        w_in_bf16_.resize(static_cast<std::size_t>(w_in_.numel()));
+        to_bf16(w_in_.data(), w_in_bf16_.data(), w_in_.numel());
+        w_out_bf16_.resize(static_cast<std::size_t>(w_out_.numel()));
+        to_bf16(w_out_.data(), w_out_bf16_.data(), w_out_.numel());
+    }
+    precision_ = precision;
+    return *this;
 }
 
 template <class T>
@@ -357,6 +407,11 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: holds nothing to differentiate (forward ran in eval "
                                     "mode); call train() before forward");
+    if (precision_ == Precision::bf16)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": the module runs in Precision::bf16, which is for "
+                                    "inference only; call with_precision(Precision::float32) "
+                                    "before training it");
     detail::ForwardActivations<T>& acts = *fwd.saved->activations;
     check_same_options(acts);  // first: a forward of another module has other shapes too
     detail::check_shape(fn, "grad_output", grad_output.shape(), acts.shape_of[kQuery]);

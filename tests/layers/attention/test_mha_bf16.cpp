@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// MultiheadAttention<float> in Precision::bf16: outputs (and weights) within 1e-2 relative of
+// the float module on every golden case (tests/golden/mha), every projection; decode in bf16
+// against forward in bf16; the switch back to float; the errors.
+#include <headwise/io/npy.hpp>
+#include <headwise/layers/attention/multihead_attention.hpp>
+
+#include <algorithm>  // std::max
+#include <cmath>      // std::abs
+#include <map>        // std::map
+#include <random>     // std::mt19937_64
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+
+#include "support/catch.hpp"
+#include "support/golden.hpp"
+#include "support/instantiations.hpp"
+#include "support/projections.hpp"
+
+using headwise::Index;
+using headwise::Precision;
+using headwise::Projection;
+using headwise::Shape;
+using headwise::Tensor;
+using headwise::test::GoldenCase;
+using headwise::test::kProjections;
+
+namespace {
+
+/// bf16 has 8 significant bits (unit roundoff 2^-8 = 3.9e-3); the accuracy target.
+constexpr double kBf16Tolerance = 1e-2;
+
+Tensor<float> cast(const Tensor<double>& t) {
+    Tensor<float> out(t.shape());
+    for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<float>(t.data()[i]);
+    return out;
+}
+
+/// max |a - b| / max |b|: the relative error of a whole tensor.
+double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
+    REQUIRE(a.shape() == b.shape());
+    double diff = 0, scale = 0;
+    for (Index i = 0; i < a.numel(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
+    }
+    return scale == 0 ? diff : diff / scale;
+}
+
+headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = c.meta_int("embed_dim");
+    opt.num_heads = c.meta_int("num_heads");
+    opt.projection = projection;
+    opt.bias = c.flag("bias");
+    opt.kdim = c.meta_int("kdim");
+    opt.vdim = c.meta_int("vdim");
+    opt.add_bias_kv = c.flag("add_bias_kv");
+    opt.add_zero_attn = c.flag("add_zero_attn");
+    opt.dropout = 0.0;
+    return opt;
+}
+
+}  // namespace
+
+TEST_CASE("MultiheadAttention in bf16 is within 1e-2 of float on every golden case",
+          "[mha][bf16]") {
+    const std::string name = GENERATE(from_range(headwise::test::golden_case_names()));
+    const Projection projection = GENERATE(from_range(kProjections));
+    CAPTURE(name, headwise::to_string(projection));
+    const GoldenCase c = headwise::test::load_golden_case(name);
+    headwise::MultiheadAttention<float> mha(options_of(c, projection), 1);
+    std::map<std::string, Tensor<float>> sd;
+    for (const auto& [key, tensor] : c.state_dict()) sd.emplace(key, cast(tensor));
+    mha.load_state_dict(sd);
+    mha.eval();
+
+    headwise::AttentionMasks<float> m;
+    if (c.masks.count("attn_mask")) m.attn_mask = c.mask("attn_mask");
+    if (c.tensors.count("attn_bias")) m.attn_bias = cast(c.tensor("attn_bias"));
+    if (c.masks.count("key_padding_mask")) m.key_padding_mask = c.mask("key_padding_mask");
+    m.is_causal = c.flag("is_causal");
+    m.need_weights = c.flag("need_weights");
+    m.average_attn_weights = c.flag("average_attn_weights");
+    const Tensor<float> query = cast(c.tensor("query"));
+    const Tensor<float> key = cast(c.tensor("key"));
+    const Tensor<float> value = cast(c.tensor("value"));
+    const Tensor<float>& k = c.flag("self_attention") ? query : key;
+    const Tensor<float>& v = c.flag("self_attention") ? query : c.flag("kv_same") ? key : value;
+
+    const auto f32 = mha.forward(query, k, v, m);
+    mha.with_precision(Precision::bf16);
+    const auto bf16 = mha.forward(query, k, v, m);
+    const double err = relative_error(bf16.output, f32.output);
+    CAPTURE(err);
+    CHECK(err <= kBf16Tolerance);
+    CHECK(err > 0.0);  // the bf16 path ran
+    if (m.need_weights)
+        CHECK(relative_error(bf16.attn_weights, f32.attn_weights) <= kBf16Tolerance);
+
+    // Back to float: the float path again, bit for bit.
+    mha.with_precision(Precision::float32);
+    CHECK(relative_error(mha.forward(query, k, v, m).output, f32.output) == 0.0);
+}
+
+TEST_CASE("MultiheadAttention decode in bf16 agrees with its forward in bf16", "[mha][bf16]") {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = 32;
+    opt.num_heads = 4;
+    const Projection projection = GENERATE(from_range(kProjections));
+    CAPTURE(headwise::to_string(projection));
+    opt.projection = projection;
+    headwise::MultiheadAttention<float> mha(opt, 9);
+    mha.eval();
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Tensor<float> x(Shape{2, 6, 32});
+    for (float& e : x) e = u(rng);
+    headwise::AttentionMasks<float> causal;
+    causal.is_causal = true;
+    const Tensor<float> y_f32 = mha.forward(x, x, x, causal).output;
+    mha.with_precision(Precision::bf16);
+    const Tensor<float> y_fwd = mha.forward(x, x, x, causal).output;
+    auto cache = mha.make_kv_cache(2, 6);
+    const Tensor<float> y_dec = mha.decode(x, cache);
+    // The same bf16 products in another order of accumulation.
+    CHECK(relative_error(y_dec, y_fwd) <= 1e-5);
+    CHECK(relative_error(y_fwd, y_f32) <= kBf16Tolerance);
+}
+
+TEST_CASE("MultiheadAttention in bf16 refuses backward; the double module refuses bf16",
+          "[mha][bf16]") {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = 8;
+    opt.num_heads = 2;
+    headwise::MultiheadAttention<float> mha(opt, 1);
+    Tensor<float> x(Shape{1, 3, 8});
+    mha.with_precision(Precision::bf16);
+    CHECK(mha.precision() == Precision::bf16);
+    const auto fwd = mha.forward(x, x, x);  // training mode: saves what backward would read
+    try {
+        mha.backward(fwd, x);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()) ==
+              "headwise::MultiheadAttention::backward: the module runs in Precision::bf16, which "
+              "is for inference only; call with_precision(Precision::float32) before training it");
+    }
+    headwise::MultiheadAttention<double> d(opt, 1);
+    CHECK_THROWS_AS(d.with_precision(Precision::bf16), std::invalid_argument);
+    CHECK(d.precision() == Precision::float32);
+}
