@@ -283,11 +283,10 @@ def versions(headwise_bin):
 
     v = {"python": platform.python_version(), "torch": torch.__version__,
          "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
-         "torch_blas": "mkl" if torch.backends.mkl.is_available() else "?",
+         "torch_mkl": torch.backends.mkl.is_available(),
          "cpu": platform.processor() or platform.machine()}
     try:
         cfg = torch.__config__.show()
-        v["torch_flash_cpu"] = "flash" if "CPU capability" in cfg else "?"
         for line in cfg.splitlines():
             if "CPU capability usage" in line:
                 v["torch_cpu_capability"] = line.split(":")[-1].strip()
