@@ -3,7 +3,8 @@
 # Makes sure what headwise builds and tests with is installed, from Debian/Ubuntu packages:
 # cmake (>= 3.25, for the presets), make, g++, pkg-config, Eigen 3.4, Catch2, Google Benchmark,
 # OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend), nlohmann/json
-# (safetensors headers), utf8proc (the BERT tokenizer), Open MPI (headwise::distributed: libopenmpi-dev,
+# (safetensors headers), utf8proc (the BERT tokenizer), oneDNN (the bf16 GEMM of Precision::bf16:
+# libdnnl-dev), Open MPI (headwise::distributed: libopenmpi-dev,
 # openmpi-bin), and for the fuzz preset clang++ with libFuzzer (clang-14, libclang-rt-14-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
@@ -39,6 +40,9 @@ headwise_deps() {
         missing+=(nlohmann-json3-dev)
     # utf8proc: Unicode properties for the BERT tokenizer (text/wordpiece.hpp); no CMake package.
     _headwise_have_package libutf8proc-dev utf8proc.h "" || missing+=(libutf8proc-dev)
+    # oneDNN: the bf16 matmul behind Precision::bf16 (HEADWISE_BF16); its C header is what
+    # headwise includes.
+    _headwise_have_package libdnnl-dev oneapi/dnnl/dnnl.h "" || missing+=(libdnnl-dev)
     # MPI for data parallelism (headwise::distributed, its tests and train_sort_ddp): Open MPI's
     # headers and libraries, and its launcher (mpirun, mpiexec).
     _headwise_have_package libopenmpi-dev mpi.h "" || missing+=(libopenmpi-dev)

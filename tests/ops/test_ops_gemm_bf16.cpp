@@ -133,3 +133,12 @@ TEST_CASE("gemm_bf16 rejects operands whose inner sizes differ", "[gemm_bf16]") 
         CHECK(std::string(e.what()).find("B") != std::string::npos);
     }
 }
+
+TEST_CASE("gemm_bf16 names the backend its products run on", "[gemm_bf16]") {
+    const std::string backend = headwise::ops::gemm_bf16_backend();
+    INFO("gemm_bf16 backend: " << backend);
+    CHECK((backend == "dnnl" || backend == "portable"));
+#if !HEADWISE_GEMM_BF16_DNNL
+    CHECK(backend == "portable");
+#endif
+}

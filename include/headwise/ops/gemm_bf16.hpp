@@ -19,13 +19,20 @@
 #include "../tensor.hpp"
 #include "gemm.hpp"
 
-// Backend. Every product here runs on the portable path: the bf16 operands are widened to float
-// (exact: a bfloat16 is the top half of a float) and multiplied by ops::gemm<float>, so the
-// result is the float product of the bf16-rounded operands, accumulated in float. It stores and
-// moves half the bytes but multiplies at float speed, plus the widening (a few percent at
-// GEMM-bound shapes). A bf16 GEMM library (oneDNN, libxsmm) multiplies bf16 at up to twice the
-// float rate, but only on CPUs with bf16 dot-product instructions (AVX512_BF16, AMX); on one
-// without them neither offers a bf16 product at all (docs/precision.md has the measurements).
+// Backend. With HEADWISE_USE_DNNL defined non-zero (CMake: HEADWISE_BF16, which also links
+// oneDNN), a product goes to oneDNN's bf16 matmul when this CPU has one (AVX512_BF16 or AMX
+// instructions, asked once at run time), which multiplies bf16 at up to twice the float rate.
+// Otherwise, and always without oneDNN, the portable path runs: the bf16 operands are widened to
+// float (exact: a bfloat16 is the top half of a float) and multiplied by ops::gemm<float>. Both
+// give the product of the bf16 operands accumulated in float; the portable one stores and moves
+// half the bytes but multiplies at float speed, plus the widening (a few percent at GEMM-bound
+// shapes). docs/precision.md has the measurements.
+#if defined(HEADWISE_USE_DNNL) && HEADWISE_USE_DNNL
+#include <oneapi/dnnl/dnnl.h>  // dnnl_matmul_desc_init, dnnl_primitive_execute, ...
+#define HEADWISE_GEMM_BF16_DNNL 1
+#else
+#define HEADWISE_GEMM_BF16_DNNL 0
+#endif
 
 namespace headwise::ops {
 
@@ -60,6 +67,9 @@ constexpr Index gemm_bf16_workspace(Index a_rows, Index a_cols, Index b_rows,
 void gemm_bf16(float alpha, ConstBf16Matrix A, Op op_a, ConstBf16Matrix B, Op op_b, float beta,
                MatrixRef<float> C, float* workspace);
 
+/// "dnnl" when products go to oneDNN's bf16 matmul on this CPU, else "portable".
+inline const char* gemm_bf16_backend() noexcept;
+
 /// Buffers linear_forward_bf16 reuses from call to call: the input rounded to bf16 and the
 /// product's workspace. Grows only.
 struct Bf16LinearWorkspace {
@@ -87,9 +97,102 @@ inline void widen(const ops::ConstBf16Matrix& X, float* dst) {
                     });
 }
 
+#if HEADWISE_GEMM_BF16_DNNL
+/// oneDNN's CPU engine, made once.
+inline dnnl_engine_t dnnl_cpu_engine() noexcept {
+    static const dnnl_engine_t engine = [] {
+        dnnl_engine_t e = nullptr;
+        if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) return dnnl_engine_t{nullptr};
+        return e;
+    }();
+    return engine;
+}
+
+/// C = alpha op(A) op(B) + beta C by oneDNN's bf16 matmul (f32 destination); false, having
+/// written nothing, when oneDNN has no such primitive here (no bf16 instructions). oneDNN's
+/// primitive cache makes the set-up of a shape seen before cheap.
+inline bool dnnl_gemm_bf16(float alpha, const ops::ConstBf16Matrix& A, ops::Op op_a,
+                           const ops::ConstBf16Matrix& B, ops::Op op_b, float beta,
+                           MatrixRef<float>& C) {
+    dnnl_engine_t engine = dnnl_cpu_engine();
+    if (engine == nullptr) return false;
+    const dnnl_dim_t m = C.rows(), n = C.cols(), k = op_a == ops::Op::none ? A.cols : A.rows;
+    // op(X) as a [rows, cols] view of X's storage: transposed is strides {1, stride}.
+    const auto describe = [](dnnl_memory_desc_t* md, dnnl_dim_t rows, dnnl_dim_t cols,
+                             dnnl_dim_t stride, bool transposed, dnnl_data_type_t type) {
+        const dnnl_dims_t dims = {rows, cols};
+        const dnnl_dims_t strides = {transposed ? 1 : stride, transposed ? stride : 1};
+        return dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides) == dnnl_success;
+    };
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    if (!describe(&a_md, m, k, A.stride, op_a == ops::Op::transpose, dnnl_bf16) ||
+        !describe(&b_md, k, n, B.stride, op_b == ops::Op::transpose, dnnl_bf16) ||
+        !describe(&c_md, m, n, C.outerStride(), false, dnnl_f32))
+        return false;
+    dnnl_matmul_desc_t desc;
+    if (dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md) != dnnl_success) return false;
+    // dst = alpha (A B) + beta dst: output scale alpha, then a sum post-op with scale beta.
+    dnnl_primitive_attr_t attr = nullptr;
+    dnnl_post_ops_t post = nullptr;
+    dnnl_primitive_desc_t pd = nullptr;
+    dnnl_primitive_t prim = nullptr;
+    dnnl_memory_t mem[3] = {nullptr, nullptr, nullptr};
+    dnnl_stream_t stream = nullptr;
+    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+              (alpha == 1.0f ||
+               dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success);
+    if (ok && beta != 0.0f)
+        ok = dnnl_post_ops_create(&post) == dnnl_success &&
+             dnnl_post_ops_append_sum(post, beta) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
+    ok =
+        ok && dnnl_primitive_desc_create(&pd, &desc, attr, engine, nullptr) == dnnl_success &&
+        dnnl_primitive_create(&prim, pd) == dnnl_success &&
+        dnnl_memory_create(&mem[0], &a_md, engine, const_cast<BFloat16*>(A.data)) == dnnl_success &&
+        dnnl_memory_create(&mem[1], &b_md, engine, const_cast<BFloat16*>(B.data)) == dnnl_success &&
+        dnnl_memory_create(&mem[2], &c_md, engine, C.data()) == dnnl_success &&
+        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
+    if (ok) {
+        const dnnl_exec_arg_t args[3] = {
+            {DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
+        ok = dnnl_primitive_execute(prim, stream, 3, args) == dnnl_success &&
+             dnnl_stream_wait(stream) == dnnl_success;
+    }
+    if (stream) dnnl_stream_destroy(stream);
+    for (dnnl_memory_t x : mem)
+        if (x) dnnl_memory_destroy(x);
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (post) dnnl_post_ops_destroy(post);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+/// Whether oneDNN has a bf16 matmul on this CPU: asked once, with a [1, 1] product.
+inline bool dnnl_bf16_available() noexcept {
+    static const bool available = [] {
+        BFloat16 a = BFloat16::from_float(1.0f), b = a;
+        float c = 0.0f;
+        Eigen::Map<RowMatrix<float>> cm(&c, 1, 1);
+        MatrixRef<float> C(cm);
+        return dnnl_gemm_bf16(1.0f, ops::ConstBf16Matrix(&a, 1, 1), ops::Op::none,
+                              ops::ConstBf16Matrix(&b, 1, 1), ops::Op::none, 0.0f, C) &&
+               c == 1.0f;
+    }();
+    return available;
+}
+#endif
+
 }  // namespace headwise::detail
 
 namespace headwise::ops {
+
+inline const char* gemm_bf16_backend() noexcept {
+#if HEADWISE_GEMM_BF16_DNNL
+    if (detail::dnnl_bf16_available()) return "dnnl";
+#endif
+    return "portable";
+}
 
 inline void gemm_bf16(float alpha, ConstBf16Matrix A, Op op_a, ConstBf16Matrix B, Op op_b,
                       float beta, MatrixRef<float> C, float* workspace) {
@@ -108,6 +211,13 @@ inline void gemm_bf16(float alpha, ConstBf16Matrix A, Op op_a, ConstBf16Matrix B
     if (A.stride < A.cols || B.stride < B.cols)
         throw_invalid_argument(fn, A.stride < A.cols ? "A" : "B", "a row stride >= columns",
                                std::to_string(A.stride < A.cols ? A.stride : B.stride));
+    if (m == 0 || n == 0) return;
+#if HEADWISE_GEMM_BF16_DNNL
+    // A failure (a layout oneDNN declines) leaves C unwritten: the portable path then runs.
+    if (k > 0 && detail::dnnl_bf16_available() &&
+        detail::dnnl_gemm_bf16(alpha, A, op_a, B, op_b, beta, C))
+        return;
+#endif
     // The portable path: widen both operands (exact), then the float product.
     float* a = workspace;                    // [A.rows, A.cols]
     float* b = workspace + A.rows * A.cols;  // [B.rows, B.cols]
