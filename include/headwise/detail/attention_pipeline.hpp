@@ -23,6 +23,7 @@
 #include "../ops/linear.hpp"
 #include "../ops/rope.hpp"
 #include "../ops/score_mask.hpp"
+#include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "attention_buffers.hpp"
@@ -415,7 +416,14 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
         const Index b = slice / Hkv, kv = slice % Hkv;
         const T* k = cache.key_block(b, kv).data();    // the held [N, D] keys
         const T* v = cache.value_block(b, kv).data();  // and values
-        if (call.appended_keys) {                      // [N + extra, D] copies
+        if (cache.precision() == Precision::bf16) {    // widened into the [Sx, D] copies
+            MatrixMap<T> Kx = buffers.k(thread, Sx), Vx = buffers.v(thread, Sx);
+            cache.widen_blocks(b, kv, Kx.data(), Vx.data());
+            if (call.appended_keys)  // the held rows stay where they are; the extra ones follow
+                append_keys<T>(params, kv, Kx.topRows(N), Vx.topRows(N), Kx, Vx);
+            k = Kx.data();
+            v = Vx.data();
+        } else if (call.appended_keys) {  // [N + extra, D] copies
             const MatrixMap<T> Kx = buffers.k(thread, Sx), Vx = buffers.v(thread, Sx);
             append_keys<T>(params, kv, cache.key_block(b, kv), cache.value_block(b, kv), Kx, Vx);
             k = Kx.data();

@@ -150,3 +150,47 @@ TEST_CASE("MultiheadAttention in bf16 refuses backward; the double module refuse
     CHECK_THROWS_AS(d.with_precision(Precision::bf16), std::invalid_argument);
     CHECK(d.precision() == Precision::float32);
 }
+
+TEST_CASE("a bf16 KV cache takes half the memory and decodes within 1e-2 of a float one",
+          "[mha][bf16][kv_cache]") {
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = 32;
+    opt.num_heads = 4;
+    opt.num_kv_heads = GENERATE(4, 2);
+    opt.add_bias_kv = GENERATE(false, true);
+    opt.add_zero_attn = opt.add_bias_kv;
+    const bool bf16_module = GENERATE(false, true);
+    CAPTURE(opt.num_kv_heads, opt.add_bias_kv, bf16_module);
+    headwise::MultiheadAttention<float> mha(opt, 13);
+    mha.eval();
+    if (bf16_module) mha.with_precision(Precision::bf16);
+    std::mt19937_64 rng(17);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Tensor<float> prompt(Shape{2, 5, 32}), step(Shape{2, 1, 32});
+    for (float& e : prompt) e = u(rng);
+    auto f32 = mha.make_kv_cache(2, 9);
+    auto half = mha.make_kv_cache(2, 9, Precision::bf16);
+    CHECK(half.precision() == Precision::bf16);
+    CHECK(half.memory_bytes() * 2 == f32.memory_bytes());
+    // A prompt chunk, then one token at a time.
+    CHECK(relative_error(mha.decode(prompt, half), mha.decode(prompt, f32)) <= kBf16Tolerance);
+    for (int t = 0; t < 4; ++t) {
+        for (float& e : step) e = u(rng);
+        const Tensor<float> y_half = mha.decode(step, half), y_f32 = mha.decode(step, f32);
+        const double err = relative_error(y_half, y_f32);
+        CAPTURE(t, err);
+        CHECK(err <= kBf16Tolerance);
+        CHECK(err > 0.0);  // the bf16 cache was read
+    }
+    CHECK(half.size() == 9);
+    CHECK(half.keys().numel() == 0);
+}
+
+TEST_CASE("a KVCache<double> refuses bf16", "[mha][bf16][kv_cache]") {
+    try {
+        headwise::KVCache<double> cache(1, 4, 8, 2, 4, Precision::bf16);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("headwise::KVCache::KVCache: precision") == 0);
+    }
+}

@@ -2,15 +2,18 @@
 // KVCache<T>: the keys and values of the tokens a MultiheadAttention has decoded so far.
 #pragma once
 
-#include <algorithm>  // std::count, std::fill
-#include <cstddef>    // std::size_t
-#include <stdexcept>  // std::invalid_argument
-#include <string>     // std::string, std::to_string
-#include <vector>     // std::vector
+#include <algorithm>    // std::count, std::fill
+#include <cstddef>      // std::size_t
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
 
+#include "../../bf16.hpp"
 #include "../../config.hpp"
 #include "../../detail/attention_buffers.hpp"
 #include "../../error.hpp"
+#include "../../precision.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 
@@ -36,6 +39,10 @@ namespace headwise {
 ///
 /// With rotary embeddings (MultiheadAttentionOptions::rotary) the cache holds the keys already
 /// rotated, each at its token's position.
+///
+/// Precision::bf16 (KVCache<float> only): keys and values are stored in bf16, rounded as they
+/// are appended: half the memory (memory_bytes()). Attention reads them widened to float
+/// (widen_blocks); keys(), values(), key_block() and value_block() are then empty.
 template <class T>
 class KVCache {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -46,7 +53,10 @@ public:
     /// Room for `capacity` tokens of `batch` sequences, `kv_heads` heads of `head_dim` features
     /// each, for a module of embed_dim `embed_dim` (MultiheadAttention::make_kv_cache passes its
     /// own dimensions). Throws std::invalid_argument unless every size is positive.
-    KVCache(Index batch, Index capacity, Index embed_dim, Index kv_heads, Index head_dim)
+    /// `precision` Precision::bf16 stores them in bf16 (float caches only; std::invalid_argument
+    /// otherwise).
+    KVCache(Index batch, Index capacity, Index embed_dim, Index kv_heads, Index head_dim,
+            Precision precision = Precision::float32)
         : B_(batch), capacity_(capacity), E_(embed_dim), Hkv_(kv_heads), D_(head_dim) {
         constexpr const char* fn = "headwise::KVCache::KVCache";
         const char* names[] = {"batch", "capacity", "embed_dim", "kv_heads", "head_dim"};
@@ -54,8 +64,23 @@ public:
         for (int i = 0; i < 5; ++i)
             if (sizes[i] <= 0)
                 throw_invalid_argument(fn, names[i], "must be positive", std::to_string(sizes[i]));
-        k_ = Tensor<T>(Shape{B_, Hkv_, capacity_, D_});
-        v_ = Tensor<T>(k_.shape());
+        if (precision != Precision::float32 && precision != Precision::bf16)
+            throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
+                                   std::to_string(static_cast<int>(precision)));
+        if (precision == Precision::bf16 && !std::is_same_v<T, float>)
+            throw_invalid_argument(fn, "precision", "Precision::float32 for a KVCache<double>",
+                                   "Precision::bf16 (bf16 is for float caches)");
+        bf16_ = precision == Precision::bf16;
+        if (bf16_) {
+            const auto n = static_cast<std::size_t>(B_ * Hkv_ * capacity_ * D_);
+            kh_.assign(n, BFloat16{});
+            vh_.assign(n, BFloat16{});
+            k_ = Tensor<T>(Shape{B_, Hkv_, 0, D_});
+            v_ = Tensor<T>(k_.shape());
+        } else {
+            k_ = Tensor<T>(Shape{B_, Hkv_, capacity_, D_});
+            v_ = Tensor<T>(k_.shape());
+        }
         padding_ = Tensor<bool>(Shape{B_, capacity_});
         real_.assign(static_cast<std::size_t>(B_), 0);
     }
@@ -67,6 +92,8 @@ public:
     Index embed_dim() const noexcept { return E_; }
     Index num_kv_heads() const noexcept { return Hkv_; }
     Index head_dim() const noexcept { return D_; }
+    /// How the keys and values are stored.
+    Precision precision() const noexcept { return bf16_ ? Precision::bf16 : Precision::float32; }
     /// True when some held token is padding.
     bool has_padding() const noexcept { return any_padding_; }
     /// The position the next token of sequence b takes under rotary embeddings: how many of its
@@ -114,6 +141,11 @@ public:
             throw shape_error(fn, "padding", Shape{B_, tokens}.str(), padding.shape());
         for (Index b = 0; b < B_; ++b) {
             for (Index h = 0; h < Hkv_; ++h) {
+                if (bf16_) {  // rounded to bf16 once, here
+                    store_bf16(kh_, b, h, keys(b, h), tokens);
+                    store_bf16(vh_, b, h, values(b, h), tokens);
+                    continue;
+                }
                 block(k_, b, h).middleRows(size_, tokens) = keys(b, h);
                 block(v_, b, h).middleRows(size_, tokens) = values(b, h);
             }
@@ -127,11 +159,29 @@ public:
         size_ += tokens;
     }
 
-    /// The held keys and values of sequence b, key/value head h: [size(), D].
+    /// bf16 caches: the held keys and values of sequence b, key/value head h widened to float
+    /// into K [size(), D] and V [size(), D] (rows D apart).
+    void widen_blocks(Index b, Index h, T* K, T* V) const noexcept {
+        if constexpr (std::is_same_v<T, float>) {
+            const std::size_t first = static_cast<std::size_t>((b * Hkv_ + h) * capacity_ * D_);
+            to_float(kh_.data() + first, K, size_ * D_);
+            to_float(vh_.data() + first, V, size_ * D_);
+        } else {
+            static_cast<void>(b);
+            static_cast<void>(h);
+            static_cast<void>(K);
+            static_cast<void>(V);
+        }
+    }
+
+    /// The held keys and values of sequence b, key/value head h: [size(), D] (float caches;
+    /// [0, D] for a bf16 one).
     MatrixMap<const T> key_block(Index b, Index h) const noexcept {
+        if (bf16_) return MatrixMap<const T>(k_.data(), 0, D_);
         return MatrixMap<const T>(k_.data() + (b * Hkv_ + h) * capacity_ * D_, size_, D_);
     }
     MatrixMap<const T> value_block(Index b, Index h) const noexcept {
+        if (bf16_) return MatrixMap<const T>(v_.data(), 0, D_);
         return MatrixMap<const T>(v_.data() + (b * Hkv_ + h) * capacity_ * D_, size_, D_);
     }
     /// Sequence b's padding flags [capacity] (valid for tokens [0, size())), or null when no held
@@ -140,8 +190,10 @@ public:
         return any_padding_ ? padding_.data() + b * capacity_ : nullptr;
     }
 
-    /// Bytes of the cached keys and values: 2 B Hkv capacity D sizeof(T).
+    /// Bytes of the cached keys and values: 2 B Hkv capacity D sizeof(T), or 2 bytes per
+    /// element in bf16.
     std::size_t memory_bytes() const noexcept {
+        if (bf16_) return (kh_.size() + vh_.size()) * sizeof(BFloat16);
         return static_cast<std::size_t>(k_.numel() + v_.numel()) * sizeof(T);
     }
 
@@ -162,12 +214,30 @@ private:
         return MatrixMap<T>(t.data() + (b * Hkv_ + h) * capacity_ * D_, capacity_, D_);
     }
 
+    /// Rows [size(), size() + tokens) of head h's block of batch b in kh_ (or vh_), from the
+    /// new [tokens, D] rows X, rounded to bf16.
+    template <class Rows>
+    void store_bf16(std::vector<BFloat16>& dst, Index b, Index h, const Rows& X, Index tokens) {
+        if constexpr (std::is_same_v<T, float>) {
+            BFloat16* out = dst.data() + ((b * Hkv_ + h) * capacity_ + size_) * D_;
+            for (Index t = 0; t < tokens; ++t) to_bf16(&X(t, 0), out + t * D_, D_);
+        } else {
+            static_cast<void>(dst);
+            static_cast<void>(b);
+            static_cast<void>(h);
+            static_cast<void>(X);
+            static_cast<void>(tokens);
+        }
+    }
+
     Index B_ = 0, capacity_ = 0, E_ = 0, Hkv_ = 0, D_ = 0;
     Index size_ = 0;
-    bool any_padding_ = false;  // some held token is padding (else the mask is skipped)
-    Tensor<T> k_, v_;           // [B, Hkv, capacity, D]
-    Tensor<bool> padding_;      // [B, capacity], true = padding
-    std::vector<Index> real_;   // [B]: held tokens of each sequence that are not padding
+    bool any_padding_ = false;       // some held token is padding (else the mask is skipped)
+    bool bf16_ = false;              // keys and values in kh_, vh_ instead of k_, v_
+    Tensor<T> k_, v_;                // [B, Hkv, capacity, D]; [B, Hkv, 0, D] in bf16
+    std::vector<BFloat16> kh_, vh_;  // [B, Hkv, capacity, D] in bf16, else empty
+    Tensor<bool> padding_;           // [B, capacity], true = padding
+    std::vector<Index> real_;        // [B]: held tokens of each sequence that are not padding
     detail::DecodeBuffers<T> scratch_;
 };
 

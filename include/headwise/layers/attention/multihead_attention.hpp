@@ -143,8 +143,11 @@ public:
 
     /// A cache for decode(): room for the keys and values of `capacity` tokens of `batch`
     /// sequences, per key/value head ([B, Hkv, capacity, D] each). decode is self-attention, so
-    /// the module needs kdim == vdim == embed_dim.
-    KVCache<T> make_kv_cache(Index batch, Index capacity) const;
+    /// the module needs kdim == vdim == embed_dim. `precision` Precision::bf16 stores the keys
+    /// and values in bf16, half the memory (float modules only; see KVCache); it is independent
+    /// of the module's own precision.
+    KVCache<T> make_kv_cache(Index batch, Index capacity,
+                             Precision precision = Precision::float32) const;
 
     /// Incremental decoding: causal self-attention of new tokens x_new [B, T, E] (or [T, E] with
     /// a batch-1 cache) over the cached tokens and themselves, in eval mode. Projects x_new only,
@@ -487,7 +490,8 @@ HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
 }
 
 template <class T>
-KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity) const {
+KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity,
+                                                Precision precision) const {
     constexpr const char* fn = "headwise::MultiheadAttention::make_kv_cache";
     if (batch <= 0) throw_invalid_argument(fn, "batch", "must be positive", std::to_string(batch));
     if (capacity <= 0)
@@ -500,7 +504,7 @@ KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity) con
             "embed_dim = " +
             std::to_string(layout.E) + ", got kdim " + std::to_string(layout.kdim) + ", vdim " +
             std::to_string(layout.vdim));
-    return KVCache<T>(batch, capacity, layout.E, layout.kv_heads, layout.D);
+    return KVCache<T>(batch, capacity, layout.E, layout.kv_heads, layout.D, precision);
 }
 
 template <class T>
@@ -525,7 +529,8 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
     buffers.projection.plan_for(detail::ProjectionKey{
         options_.projection, layout_, detail::AttentionGeometry{B, Tn, Tn, Tn}, true, true});
     buffers.size(B * Tn, E, Tn == 1 ? layout_.group() : Tn, cache.capacity() + call.appended_keys,
-                 layout_.D, call.appended_keys > 0, detail::max_threads());
+                 layout_.D, call.appended_keys > 0 || cache.precision() == Precision::bf16,
+                 detail::max_threads());
     if (options_.rotary.enabled) buffers.size_rotary(B * Tn, layout_.D);
     const detail::AttentionParameters<const T> params = parameter_view();
     const TensorView<const T> x = x_new.reshape(Shape{B * Tn, E});  // [B T, E]
