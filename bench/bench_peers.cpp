@@ -21,6 +21,8 @@
 //         free <id>, quit
 //   bench_peers --benchmark_list_tests=true   (the build's check that the program starts)
 //
+// HEADWISE_BENCH_TILES=<rows>x<cols> sets the blocked kernel's tiles (AttentionTiles).
+//
 // Threads: OpenBLAS's own, and OpenMP's in an OpenMP build. Time is wall time, as the peers'.
 
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized through Eigen (GCC bug 105593);
@@ -37,7 +39,7 @@
 #include <algorithm>  // std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdio>     // std::printf
-#include <cstdlib>    // std::atoi, std::atol
+#include <cstdlib>    // std::atoi, std::atol, std::getenv
 #include <fstream>    // std::ifstream, std::ofstream
 #include <iostream>   // std::cin, std::cout
 #include <map>        // std::map
@@ -118,6 +120,12 @@ std::unique_ptr<Case> setup(std::istringstream& in) {
     o.num_heads = H;
     o.projection = headwise::Projection::fused;
     o.reference_inputs = true;  // x outlives every call, as in bench_mha
+    // HEADWISE_BENCH_TILES=<rows>x<cols>: the blocked kernel's tiles, for a tile sweep.
+    if (const char* tiles = std::getenv("HEADWISE_BENCH_TILES")) {
+        std::istringstream t(tiles);
+        char x = 0;
+        t >> o.attention_tiles.rows >> x >> o.attention_tiles.cols;
+    }
     c->mha = std::make_unique<headwise::MultiheadAttention<float>>(o, 42);
     c->mha->load_state_dict(headwise::load_npy_dict<float>(dir + "/weights"));
     c->masks.is_causal = causal != 0;
