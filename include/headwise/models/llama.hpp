@@ -92,6 +92,8 @@ public:
 
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
+    SwiGLU<T>& mlp() noexcept { return mlp_; }
+    const SwiGLU<T>& mlp() const noexcept { return mlp_; }
     LlamaDecoderLayer& with_projection(Projection projection) {
         self_attn_.with_projection(projection);
         return *this;
