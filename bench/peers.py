@@ -6,7 +6,7 @@ weights and inputs, 1 and 2 threads: training steps, inference, long sequences, 
     bash scripts/bench_peers.sh            (builds bench_peers, sets up the venv, runs this)
     $HEADWISE_PEERS_PYTHON bench/peers.py --headwise <release build>/bench/bench_peers \
         [--rounds 5] [--long 4096 [16384]] [--work /tmp/headwise-peers] [--json out.json]
-        [--png docs/bench_peers.png] [--quick]
+        [--png docs/bench_peers.png] [--quick] [--only-long] [--thread-counts 1 2]
 
 Engines, each in worker processes of its own, one per thread count (1 and 2), float32, fused
 (packed) in-projection, self-attention (query = key = value), batch_first:
@@ -325,6 +325,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--png")
     ap.add_argument("--quick", action="store_true", help="2 rounds, main shapes (8,128,512,8)")
+    ap.add_argument("--only-long", action="store_true", help="the long-sequence cases alone")
     args = ap.parse_args()
     if args.mode == "worker":
         return py_worker(args.engine, args.threads)
@@ -348,9 +349,10 @@ def main():
                            ENGINES))
         main_cases.append(("train-%d-%d-%d-%d" % (B, L, E, H), "train", B, L, E, H, 0, 0,
                            ENGINES[:3]))
-    phases.append(("default shapes", rounds, main_cases))
-    phases.append(("decode", rounds, [("decode-%d" % c, "decode", 1, 1, 512, 8, 0, c,
-                                       ("headwise", "torch-sdpa")) for c in CACHES]))
+    if not args.only_long:
+        phases.append(("default shapes", rounds, main_cases))
+        phases.append(("decode", rounds, [("decode-%d" % c, "decode", 1, 1, 512, 8, 0, c,
+                                           ("headwise", "torch-sdpa")) for c in CACHES]))
     for L in ([] if args.quick else args.long):
         for causal in (0, 1):
             cs = [("long-infer-%d-%s" % (L, "causal" if causal else "none"), "infer", 1, L, 512,
