@@ -5,6 +5,8 @@
 // Cases (A in float, then bf16, at each shape; run with --benchmark_enable_random_interleaving
 // and repetitions to interleave them):
 //   BM_MhaInference/precision:0|1   forward in eval mode, self-attention, (B, L, E, H), fused
+//   BM_DecodeStep/precision:0|1     decode_into of one token over a cache of `held` tokens; in
+//                                   bf16 both the module and the cache are bf16
 //   BM_LinearForward/precision:0|1  Linear<float>::forward_into, [N, in] -> [N, out], with bias
 //   BM_Gemm/precision:0|1           C[m, n] = A[m, k] B[n, k]^T: ops::gemm<float> or
 //                                   ops::gemm_bf16 on bf16 copies of the operands
@@ -57,6 +59,30 @@ void BM_MhaInference(benchmark::State& state) {
     set_flops(state, 2 * b * l * e * (4 * e) + 2 * 2 * b * l * l * e);
 }
 
+void BM_DecodeStep(benchmark::State& state) {
+    // One new token per sequence over a cache already holding `held` tokens, (B, E, H).
+    const Index B = state.range(0), held = state.range(1), E = state.range(2), H = state.range(3);
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = E;
+    opt.num_heads = H;
+    headwise::MultiheadAttention<float> mha(opt, 1);
+    mha.eval();
+    const Precision precision = precision_of(state, 4);
+    mha.with_precision(precision);
+    auto cache = mha.make_kv_cache(B, held + 1, precision);
+    std::mt19937_64 rng(7);
+    const Tensor<float> prompt = Tensor<float>::randn(Shape{B, held, E}, rng);
+    mha.decode(prompt, cache);
+    const Tensor<float> x = Tensor<float>::randn(Shape{B, 1, E}, rng);
+    Tensor<float> y(Shape{B, 1, E});
+    for (auto _ : state) {
+        cache.truncate(held);
+        mha.decode_into(x, cache, y);
+        benchmark::DoNotOptimize(y.data());
+    }
+    state.counters["cache_bytes"] = static_cast<double>(cache.memory_bytes());
+}
+
 void BM_LinearForward(benchmark::State& state) {
     const Index N = state.range(0), in = state.range(1), out = state.range(2);
     std::mt19937_64 rng(7);
@@ -103,6 +129,12 @@ BENCHMARK(BM_MhaInference)
     ->Args({8, 128, 512, 8, 0})
     ->Args({8, 128, 512, 8, 1})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_DecodeStep)
+    ->ArgNames({"B", "held", "E", "H", "precision"})
+    ->Args({1, 4096, 512, 8, 0})
+    ->Args({1, 4096, 512, 8, 1})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_LinearForward)
     ->ArgNames({"N", "in", "out", "precision"})
