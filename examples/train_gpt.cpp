@@ -10,6 +10,7 @@
 //   train_gpt --task reverse     reverse the digits instead: "3 1 4 1 = 1 4 1 3" (learnt fast)
 //   train_gpt --digits N         digits per operand (default 4)
 //   train_gpt --layers N         blocks (default 2); --d-model E (default 64, 4 heads)
+//   train_gpt --batch B          sequences per step (default 64)
 //   train_gpt --target A         the held-out sequence accuracy to reach (default 0.99)
 //
 // The model (gpt_model.hpp) sees the prompt and then the answer and learns to predict each next
@@ -129,7 +130,7 @@ double sequence_accuracy(gpt_model::GPT<T>& model, const Batch& held_out) {
 int usage() {
     std::fprintf(stderr,
                  "usage: train_gpt [--steps N] [--seed S] [--task add|reverse] [--digits N] "
-                 "[--layers N] [--d-model E] [--target A]\n");
+                 "[--layers N] [--d-model E] [--batch B] [--target A]\n");
     return 2;
 }
 
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     int max_steps = 3000;
     std::uint64_t seed = 1;
     double target = 0.99;
+    Index batch_size = 64;
     gpt_model::Config config;
     Task task;
     for (int i = 1; i < argc; ++i) {
@@ -154,6 +156,8 @@ int main(int argc, char** argv) {
             config.layers = std::atoi(argv[++i]);
         } else if (has_value && std::strcmp(argv[i], "--d-model") == 0) {
             config.d_model = std::atoi(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--batch") == 0) {
+            batch_size = std::atoi(argv[++i]);
         } else if (has_value && std::strcmp(argv[i], "--target") == 0) {
             target = std::atof(argv[++i]);
         } else {
@@ -163,18 +167,20 @@ int main(int argc, char** argv) {
     // At least 1000 distinct operands (the held-out ones are a fraction of them), at most 18
     // digits in a code.
     const Index min_digits = task.add ? 2 : 3;
-    if (max_steps < 10 || task.digits < min_digits || task.digits > 9 || config.layers < 1 ||
-        config.d_model < 4 || config.d_model % 4 != 0 || !(target > 0.0 && target <= 1.0)) {
+    if (max_steps < 10 || batch_size < 1 || task.digits < min_digits || task.digits > 9 ||
+        config.layers < 1 || config.d_model < 4 || config.d_model % 4 != 0 ||
+        !(target > 0.0 && target <= 1.0)) {
         std::fprintf(stderr,
-                     "train_gpt: need --steps >= 10, 2 <= --digits <= 9 (3 for reverse), "
-                     "--layers >= 1, --d-model a positive multiple of 4 and 0 < --target <= 1\n");
+                     "train_gpt: need --steps >= 10, --batch >= 1, 2 <= --digits <= 9 (3 for "
+                     "reverse), --layers >= 1, --d-model a positive multiple of 4 and "
+                     "0 < --target <= 1\n");
         return 2;
     }
     config.context = task.context();
 
     // Held-out sequences (the same for every seed) that the training batches never contain;
     // fewer for a short run (ctest's, in a Debug build).
-    const Index held = max_steps >= 500 ? 1000 : 200;
+    const Index held = max_steps >= 500 ? 1000 : 100;
     headwise::Generator held_rng(12345);
     const Batch held_out = make_batch(held, task, held_rng, nullptr);
     std::set<std::int64_t> held_out_codes;
@@ -199,16 +205,16 @@ int main(int argc, char** argv) {
 
     std::printf(
         "%s %d-digit numbers: GPT with %d blocks (d_model %d, %d heads), %d parameters, "
-        "AdamW, batch 64, at most %d steps, target %.2f\n",
+        "AdamW, batch %d, at most %d steps, target %.2f\n",
         task.add ? "adding" : "reversing", static_cast<int>(task.digits),
         static_cast<int>(config.layers), static_cast<int>(config.d_model),
-        static_cast<int>(config.heads), static_cast<int>(model.parameter_count()), max_steps,
-        target);
+        static_cast<int>(config.heads), static_cast<int>(model.parameter_count()),
+        static_cast<int>(batch_size), max_steps, target);
     const auto start = std::chrono::steady_clock::now();
     const int every = max_steps >= 500 ? 50 : 10;
     double accuracy = 0.0;
     for (int step = 1; step <= max_steps; ++step) {
-        const Batch batch = make_batch(64, task, data_rng, &held_out_codes);
+        const Batch batch = make_batch(batch_size, task, data_rng, &held_out_codes);
         opt.zero_grad();
         headwise::autograd::Tape<T> tape;  // one recording per step
         const headwise::autograd::Var<T> loss =
