@@ -128,7 +128,7 @@ TEST_CASE("MultiheadAttention decode in bf16 agrees with its forward in bf16", "
     CHECK(relative_error(y_fwd, y_f32) <= kBf16Tolerance);
 }
 
-TEST_CASE("MultiheadAttention in bf16 refuses backward; the double module refuses bf16",
+TEST_CASE("MultiheadAttention in bf16 refuses backward, and the double module refuses bf16",
           "[mha][bf16]") {
     headwise::MultiheadAttentionOptions opt;
     opt.embed_dim = 8;
