@@ -2,6 +2,8 @@
 // The model and data of train_sort and train_sort_ddp: a small transformer that sorts digits.
 #pragma once
 
+#include <headwise/autograd/functions.hpp>  // apply, reshape, cross_entropy
+#include <headwise/autograd/tape.hpp>       // Tape, Var
 #include <headwise/headwise.hpp>
 
 #include <algorithm>  // std::sort, std::max_element, std::copy
@@ -9,7 +11,6 @@
 #include <optional>   // std::nullopt
 #include <set>        // std::set
 #include <string>     // std::to_string
-#include <utility>    // std::move
 #include <vector>     // std::vector
 
 namespace sort_model {
@@ -23,7 +24,9 @@ constexpr Index kDigits = 10;  // vocabulary: the digits 0..9
 constexpr Index kLength = 8;   // L, tokens per sequence
 
 /// The model, itself a module: its parameters are its children's under their prefixes, so that
-/// parameters(), zero_grad(), state_dict() and train()/eval() cover the whole model.
+/// parameters(), zero_grad(), state_dict() and train()/eval() cover the whole model. Only its
+/// forward is written: training records it on an autograd::Tape, whose backward() runs every
+/// layer's own backward.
 struct SortModel : headwise::Module<SortModel, T> {
     static constexpr const char* kName = "SortModel";
 
@@ -56,37 +59,18 @@ struct SortModel : headwise::Module<SortModel, T> {
         for (auto& layer : layers) layer.with_projection(p);
     }
 
-    /// Logits [B L, digits] for tokens [B, L]; `saved` keeps what backward needs.
-    struct Forward {
-        Tensor<T> logits;
-        std::vector<headwise::TransformerEncoderLayerForward<T>> layers;
-        Tensor<T> last;  // the last layer's output, the head's input
-    };
-    Forward forward(const Tensor<std::int64_t>& seq) {
+    /// Logits [B L, digits] for tokens [B, L], recorded on `tape`: the whole model code
+    /// training needs, since tape.backward() runs each layer's own backward in reverse.
+    headwise::autograd::Var<T> forward(headwise::autograd::Tape<T>& tape,
+                                       headwise::TensorView<const std::int64_t> seq) {
+        namespace ag = headwise::autograd;
         const Index B = seq.shape()[0];
         Tensor<std::int64_t> pos(Shape{B, kLength});  // [B, L]: 0, 1, ..., L - 1 per row
         for (Index b = 0; b < B; ++b)
             for (Index l = 0; l < kLength; ++l) pos(b, l) = l;
-        Tensor<T> x = tokens.forward(seq);  // [B, L, E]
-        x.matrix() += positions.forward(pos).matrix();
-        Forward f;
-        for (auto& layer : layers) {
-            f.layers.push_back(layer.forward(x));
-            x = f.layers.back().output;  // [B, L, E]
-        }
-        f.last = std::move(x);
-        f.logits = std::move(head.forward(f.last)).reshape(Shape{B * kLength, kDigits});
-        return f;
-    }
-    void backward(const Tensor<std::int64_t>& seq, const Forward& f, const Tensor<T>& dlogits) {
-        const Index B = seq.shape()[0];
-        Tensor<T> dx = head.backward(f.last, dlogits.reshape(Shape{B, kLength, kDigits}));
-        for (std::size_t i = layers.size(); i-- > 0;) dx = layers[i].backward(f.layers[i], dx);
-        Tensor<std::int64_t> pos(Shape{B, kLength});
-        for (Index b = 0; b < B; ++b)
-            for (Index l = 0; l < kLength; ++l) pos(b, l) = l;
-        tokens.backward(seq, dx);
-        positions.backward(pos, dx);
+        ag::Var<T> x = ag::apply(tokens, tape, seq) + ag::apply(positions, tape, pos);  // [B, L, E]
+        for (auto& layer : layers) x = ag::apply(layer, x);                             // [B, L, E]
+        return ag::reshape(ag::apply(head, x), Shape{B * kLength, kDigits});  // [B L, digits]
     }
 };
 
@@ -114,17 +98,26 @@ inline Batch make_batch(Index B, headwise::Generator& rng, const std::set<std::i
     return batch;
 }
 
-/// Fraction of sequences whose every position is predicted right (eval mode, no dropout).
+/// The mean cross-entropy of the model's predictions for `batch`, recorded on `tape`, ready for
+/// tape.backward().
+inline headwise::autograd::Var<T> sort_loss(SortModel& model, headwise::autograd::Tape<T>& tape,
+                                            const Batch& batch) {
+    return headwise::autograd::cross_entropy(model.forward(tape, batch.seq), batch.target);
+}
+
+/// Fraction of sequences whose every position is predicted right (eval mode, no dropout, on a
+/// tape that records nothing).
 inline double sequence_accuracy(SortModel& model, const Batch& held_out) {
     model.eval();
-    const SortModel::Forward f = model.forward(held_out.seq);
+    headwise::autograd::Tape<T> tape(headwise::autograd::Tape<T>::no_grad);
+    const headwise::autograd::Var<T> logits = model.forward(tape, held_out.seq);  // [N L, digits]
     model.train();
     const Index N = held_out.seq.shape()[0];
     Index right = 0;
     for (Index n = 0; n < N; ++n) {
         bool all = true;
         for (Index l = 0; l < kLength; ++l) {
-            const T* row = f.logits.data() + (n * kLength + l) * kDigits;
+            const T* row = logits.value().data() + (n * kLength + l) * kDigits;
             const Index arg = std::max_element(row, row + kDigits) - row;
             all = all && arg == held_out.target.data()[n * kLength + l];
         }

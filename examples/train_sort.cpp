@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Trains a small transformer to sort digit sequences: embedding + encoder layers + linear head +
-// cross-entropy + AdamW, then shows that the per_head projection gives fused's loss curve.
+// cross-entropy + AdamW, then shows that the per_head projection gives fused's loss curve. The
+// model is its forward alone (sort_model.hpp): an autograd::Tape runs the backward.
 //
 //   train_sort                 train until 99% of held-out sequences come out sorted (or max steps)
 //   train_sort --steps 12      a short run (what ctest runs in a Debug build)
@@ -16,13 +17,15 @@
 //   --warmup N          the learning rate from an LRScheduler: linear warm-up over N steps, then
 //                       cosine decay to a tenth by the last step (SequentialLR of LinearLR and
 //                       CosineAnnealingLR); without it, the same shape written out in the loop
+//   --curve FILE        one run (fused); each step's loss to FILE ("step loss", 10 digits, which
+//                       tell floats apart): runs on 1 and 2 threads must write the same file
 // e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
 // `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
 // bit for bit those of one uninterrupted run.
 #include <headwise/headwise.hpp>
 #include <headwise/optim/lr_scheduler.hpp>  // LRScheduler, SequentialLR, LinearLR, CosineAnnealingLR
 
-#include "sort_model.hpp"  // SortModel, make_batch, sequence_accuracy
+#include "sort_model.hpp"  // SortModel, sort_loss, make_batch, sequence_accuracy
 
 #if !__has_include(<nlohmann/json.hpp>)
 #error "train_sort saves checkpoints with io/safetensors.hpp, which needs nlohmann/json"
@@ -32,10 +35,11 @@
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::abs, std::cos, std::isfinite
 #include <cstdint>    // std::int64_t
-#include <cstdio>     // std::printf, std::fprintf
+#include <cstdio>     // std::printf, std::fprintf, std::fopen, std::FILE
 #include <cstdlib>    // std::atoi, std::atof
 #include <cstring>    // std::strcmp
 #include <exception>  // std::exception
+#include <memory>     // std::unique_ptr
 #include <optional>   // std::optional
 #include <set>        // std::set
 #include <string>     // std::string
@@ -68,6 +72,7 @@ struct Resumable {
     std::string checkpoint, resume;
     double dropout = 0.0;
     int warmup = 0;
+    std::FILE* curve = nullptr;  // --curve: every step's loss, written exactly
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
@@ -138,13 +143,18 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
         }
         const Batch batch = make_batch(B, data_rng, &held_out_codes);
         opt.zero_grad();
-        const SortModel::Forward f = model.forward(batch.seq);
-        const headwise::LossResult<T> loss = headwise::cross_entropy<T>(f.logits, batch.target);
-        model.backward(batch.seq, f, loss.grad);
+        double loss = 0.0;
+        {
+            headwise::autograd::Tape<T> tape;  // this step's recording; its activations go with it
+            const headwise::autograd::Var<T> l = sort_model::sort_loss(model, tape, batch);
+            tape.backward(l);  // every layer's own backward, adding into the model's gradients
+            loss = l.item();
+        }
         headwise::clip_grad_norm(opt.parameters(), 1.0);
         opt.step();
         if (scheduler) scheduler->step();
-        run.losses.push_back(loss.value);
+        run.losses.push_back(loss);
+        if (r.curve) std::fprintf(r.curve, "%d %.9e\n", step, loss);
         run.steps = step;
         const bool last = step == stop_after;
         if (!r.checkpoint.empty() && (step % 100 == 0 || last)) save(step);
@@ -153,7 +163,7 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
             if (verbose)
                 std::printf(
                     "step %5d  loss %.4f  held-out sequence accuracy %.4f  elapsed %.1f s\n", step,
-                    loss.value, run.accuracy, elapsed());
+                    loss, run.accuracy, elapsed());
             if (step % every == 0 && run.accuracy >= target) {
                 if (!r.checkpoint.empty()) save(step);
                 break;
@@ -169,6 +179,7 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
 int main(int argc, char** argv) {
     int max_steps = 3000, stop_after = 0;
     Resumable r;
+    std::string curve_path;
     for (int i = 1; i < argc; ++i) {
         const bool has_value = i + 1 < argc;
         if (has_value && std::strcmp(argv[i], "--steps") == 0) {
@@ -183,12 +194,15 @@ int main(int argc, char** argv) {
             r.resume = argv[++i];
         } else if (has_value && std::strcmp(argv[i], "--warmup") == 0) {
             r.warmup = std::atoi(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--curve") == 0) {
+            curve_path = argv[++i];
         } else {
             std::fprintf(stderr,
                          "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
-                         "[--stop-after K] [--dropout P] [--warmup N]\n"
+                         "[--stop-after K] [--dropout P] [--warmup N] [--curve FILE]\n"
                          "  --warmup N: linear warm-up over N steps, then cosine decay to a tenth "
-                         "of the rate (LRScheduler)\n");
+                         "of the rate (LRScheduler)\n"
+                         "  --curve FILE: one run; each step's loss to FILE, exactly\n");
             return 2;
         }
     }
@@ -210,7 +224,18 @@ int main(int argc, char** argv) {
 
     std::printf("sorting %d digits: 2 encoder layers (d_model 64, 4 heads), AdamW, batch 64\n",
                 static_cast<int>(kLength));
-    if (stop_after || !r.checkpoint.empty() || !r.resume.empty() || r.dropout != 0.0) {
+    // --curve: the file closes when main returns, however it returns.
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> curve(nullptr, &std::fclose);
+    if (!curve_path.empty()) {
+        curve.reset(std::fopen(curve_path.c_str(), "w"));
+        if (!curve) {
+            std::fprintf(stderr, "train_sort: cannot write --curve file '%s'\n",
+                         curve_path.c_str());
+            return 1;
+        }
+        r.curve = curve.get();
+    }
+    if (stop_after || !r.checkpoint.empty() || !r.resume.empty() || r.dropout != 0.0 || r.curve) {
         // One run that may stop, save and continue; no per_head comparison, which needs the
         // whole loss curve of one process.
         try {

@@ -171,9 +171,13 @@ int train(hd::Communicator& world, const Options& o) {
         const Batch mine = rows_of(batch, sampler.indices());
 
         opt.zero_grad();
-        const SortModel::Forward f = model.forward(mine.seq);
-        const headwise::LossResult<T> l = headwise::cross_entropy<T>(f.logits, mine.target);
-        model.backward(mine.seq, f, l.grad);
+        double local_loss = 0.0;
+        {
+            headwise::autograd::Tape<T> tape;  // the forward recorded; backward from it
+            const headwise::autograd::Var<T> l = sort_model::sort_loss(model, tape, mine);
+            tape.backward(l);
+            local_loss = l.item();
+        }
         if (o.timing) {
             // How long this rank waits for the slowest one: what the all-reduce would count as
             // its own time otherwise.
@@ -185,7 +189,7 @@ int train(hd::Communicator& world, const Options& o) {
         dp.average_gradients();  // the global batch's gradient, on every rank
         headwise::clip_grad_norm(opt.parameters(), 1.0);
         opt.step();
-        loss = dp.average(l.value);  // the global batch's loss
+        loss = dp.average(local_loss);  // the global batch's loss
         train_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (step == first) first_loss = loss;

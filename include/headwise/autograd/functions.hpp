@@ -177,8 +177,9 @@ Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>&
     }
     std::shared_ptr<const AttentionForward<T>> saved = f;
     return tape.record(std::move(f), yv, [&tape, &m, x, saved](TensorView<const T> dy) {
-        // The encoder layer's order of the sum: query + (key + value).
+        // The encoder layer's order of the sum: query + (key + value); no sum when x is data.
         AttentionGradients<T> g = m.backward(*saved, dy);
+        if (!x.recorded()) return;
         g.query.matrix() += g.key.matrix() + g.value.matrix();
         tape.accumulate(x, std::move(g.query));
     });
