@@ -400,6 +400,16 @@ void attend_backward(ForwardActivations<T>& acts, ActivationGradients<T>& grads,
     });
 }
 
+/// Query rows per block when decode attends a chunk of several new tokens (attend_cached).
+inline constexpr Index kDecodeQueryRows = 128;
+
+/// Query rows of one slice's probabilities in attend_cached for Tn new tokens: the G heads of a
+/// group for one token, else a block of kDecodeQueryRows rows (all Tn with appended keys).
+inline Index decode_slice_rows(Index Tn, Index G, bool appended) noexcept {
+    if (Tn == 1) return G;
+    return appended ? Tn : std::min(Tn, kDecodeQueryRows);
+}
+
 /// Steps 2 and 3 of decode, per (batch, key/value head): the cache's keys with the extra keys
 /// appended (append_keys, into per-thread copies), then attention by the cached kernel.
 /// One new token: the G query heads of a group are one [G, D] block (query_heads), so they
@@ -435,7 +445,7 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
         mask.key_padding = cache.key_padding(b);
         mask.masked_keys = N;
         SliceScratch<T> scratch;
-        scratch.p = buffers.p(thread, Tn == 1 ? G : Tn, Sx).data();
+        scratch.p = buffers.p(thread, decode_slice_rows(Tn, G, call.appended_keys > 0), Sx).data();
         if (Tn == 1) {
             const Index col = kv * G * D;  // the group's query heads, [G, D]
             attend<T>(call, buffers.projection.query_heads(b, kv * G, G), K, V, mask, 0, scratch,
@@ -443,10 +453,29 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
             return;
         }
         mask.causal = true;
-        mask.causal_offset = ops::causal_offset(CausalAlignment::bottom_right, Tn, N);
-        for (Index h = kv * G; h < (kv + 1) * G; ++h)
-            attend<T>(call, buffers.projection.block(kQuery, b, h), K, V, mask, 0, scratch,
-                      buffers.ctx().block(b * Tn, h * D, Tn, D));
+        if (call.appended_keys) {  // the extra keys follow all N: every row reads every key
+            mask.causal_offset = ops::causal_offset(CausalAlignment::bottom_right, Tn, N);
+            for (Index h = kv * G; h < (kv + 1) * G; ++h)
+                attend<T>(call, buffers.projection.block(kQuery, b, h), K, V, mask, 0, scratch,
+                          buffers.ctx().block(b * Tn, h * D, Tn, D));
+            return;
+        }
+        // Blocks of kDecodeQueryRows new tokens, each over the keys its last row may see (new
+        // token t sees the N - Tn held before the chunk and t + 1 of its own): a long chunk (a
+        // prefill) computes half the scores of a square, in a probability block that stays in
+        // cache. A row's scores, softmax and sum are those of the whole slice.
+        for (Index r0 = 0; r0 < Tn; r0 += kDecodeQueryRows) {
+            const Index rows = std::min(kDecodeQueryRows, Tn - r0);
+            const Index keys = N - Tn + r0 + rows;  // the last row's causal end
+            ops::ScoreMask<T> block_mask = mask;
+            block_mask.masked_keys = keys;
+            block_mask.causal_offset =
+                ops::causal_offset(CausalAlignment::bottom_right, rows, keys);
+            for (Index h = kv * G; h < (kv + 1) * G; ++h)
+                attend<T>(call, buffers.projection.block(kQuery, b, h).middleRows(r0, rows),
+                          K.topRows(keys), V.topRows(keys), block_mask, 0, scratch,
+                          buffers.ctx().block(b * Tn + r0, h * D, rows, D));
+        }
     });
 }
 

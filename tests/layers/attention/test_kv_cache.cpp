@@ -175,6 +175,32 @@ TEST_CASE("decoding in uneven chunks equals one causal forward", "[kv_cache]") {
         }
 }
 
+TEST_CASE("a chunk longer than one query block equals one causal forward", "[kv_cache]") {
+    // decode attends a chunk of many new tokens in blocks of kDecodeQueryRows query rows, each
+    // over the keys its last row may see: blocks, their key ranges and the left padding must
+    // join up to the causal forward's rows.
+    const Index Q = headwise::detail::kDecodeQueryRows;
+    const Index B = 2, N = 2 * Q + 45, E = 16;
+    std::mt19937_64 rng(9);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    Tensor<bool> padding(Shape{B, N});
+    for (Index j = 0; j < 5; ++j) padding(1, j) = true;
+    const std::vector<std::vector<Index>> chunkings = {{N}, {7, N - 7}, {Q + 1, Q - 1, 45}};
+    for (const DecodeConfig& c : decode_grid())
+        for (Projection p : kProjections) {
+            CAPTURE(c.str(), to_string(p));
+            MultiheadAttention<double> m = make_module<double>(c, E, p);
+            const Tensor<double> expected = causal_forward(m, x, padding);
+            KVCache<double> cache = m.make_kv_cache(B, N);
+            for (const auto& chunks : chunkings) {
+                CAPTURE(chunks);
+                cache.clear();
+                const Tensor<double> y = decode_in_chunks(m, cache, x, chunks, padding);
+                HEADWISE_CHECK_CLOSE(y, expected, 1e-12);
+            }
+        }
+}
+
 TEST_CASE("an unbatched sequence decodes with a cache of batch 1", "[kv_cache]") {
     const Index N = 5, E = 8;
     std::mt19937_64 rng(6);

@@ -528,8 +528,9 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
     detail::DecodeBuffers<T>& buffers = cache.decode_buffers();
     buffers.projection.plan_for(detail::ProjectionKey{
         options_.projection, layout_, detail::AttentionGeometry{B, Tn, Tn, Tn}, true, true});
-    buffers.size(B * Tn, E, Tn == 1 ? layout_.group() : Tn, cache.capacity() + call.appended_keys,
-                 layout_.D, call.appended_keys > 0 || cache.precision() == Precision::bf16,
+    buffers.size(B * Tn, E, detail::decode_slice_rows(Tn, layout_.group(), call.appended_keys > 0),
+                 cache.capacity() + call.appended_keys, layout_.D,
+                 call.appended_keys > 0 || cache.precision() == Precision::bf16,
                  detail::max_threads());
     if (options_.rotary.enabled) buffers.size_rotary(B * Tn, layout_.D);
     const detail::AttentionParameters<const T> params = parameter_view();
