@@ -34,12 +34,13 @@
 #endif
 
 // Threads. One runtime runs at a time: with HEADWISE_USE_OPENMP, gemm splits a large product
-// into row (or column) blocks of C over the OpenMP threads, one backend call per block, unless it
-// is already called from a parallel region (the per-(batch, head) loops), where it runs on the
-// calling thread alone. Eigen then never starts threads of its own (it does not inside a
-// parallel region); a CBLAS must run one thread per call: set OPENBLAS_NUM_THREADS=1 (or
-// BLIS_NUM_THREADS=1, ...) or link the BLAS's OpenMP build. Without HEADWISE_USE_OPENMP headwise
-// starts no thread, and a CBLAS may use its own threads for each product (OPENBLAS_NUM_THREADS).
+// into row (or column) blocks of C, one backend call per block, the blocks fixed by the shape
+// and shared out over the OpenMP threads (on the calling thread alone inside a parallel region,
+// such as the per-(batch, head) loops), so that the result is the same bits on any number of
+// threads. Eigen never starts threads of its own (gemm runs it with one); a CBLAS must run one
+// thread per call: set OPENBLAS_NUM_THREADS=1 (or BLIS_NUM_THREADS=1, ...) or link the BLAS's
+// OpenMP build. Without HEADWISE_USE_OPENMP headwise starts no thread, and a CBLAS may use its
+// own threads for each product (OPENBLAS_NUM_THREADS), whose results then depend on their count.
 
 namespace headwise::ops {
 
@@ -181,20 +182,24 @@ ConstMatrixRef<T> op_cols(const ConstMatrixRef<T>& X, Op op, Index first, Index 
     return X.middleRows(first, count);
 }
 
-/// Products below this many multiply-adds run on one thread: splitting them costs more in
+/// Products below this many multiply-adds run as one backend call: splitting them costs more in
 /// start-up and repeated packing than it saves.
 inline constexpr double kGemmSplitMinMacs = 1 << 20;
 /// Row (or column) blocks are multiples of this, so that every block keeps whole register tiles.
 inline constexpr Index kGemmSplitQuantum = 32;
+/// The rows (or columns) of C per block of a split product: blocks large enough that packing the
+/// other operand once per block costs little.
+inline constexpr Index kGemmBlockExtent = 8 * kGemmSplitQuantum;
 
-/// Threads gemm may split one product over: 1 inside a parallel region or without OpenMP.
-inline int gemm_threads(Index m, Index n, Index k) {
+/// Blocks a product is split into along the longer side of C [m, n]: a function of the shape
+/// alone, never of the thread count, so that every element of C comes out of the same backend
+/// call (the same kernel, edge handling and blocking over k) on any number of threads, and a
+/// run gives the same bits on 1 thread as on 8. 1 without OpenMP, where nothing is split.
+inline Index gemm_blocks(Index m, Index n, Index k) {
 #if HEADWISE_GEMM_OPENMP
-    if (omp_in_parallel()) return 1;
     const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     if (macs < kGemmSplitMinMacs) return 1;
-    const Index blocks = std::max(m, n) / kGemmSplitQuantum;
-    return static_cast<int>(std::min<Index>(omp_get_max_threads(), std::max<Index>(blocks, 1)));
+    return std::max<Index>(1, std::max(m, n) / kGemmBlockExtent);
 #else
     static_cast<void>(m);
     static_cast<void>(n);
@@ -202,6 +207,28 @@ inline int gemm_threads(Index m, Index n, Index k) {
     return 1;
 #endif
 }
+
+/// Keeps Eigen from starting threads of its own inside one backend call: Eigen splits a product
+/// over omp_get_max_threads() threads when called outside a parallel region, with blocking that
+/// depends on the thread count, so results would change with OMP_NUM_THREADS. Sets the calling
+/// task's nthreads ICV to 1 for the scope (a per-task setting, not the process's) and restores
+/// it on leaving.
+class SingleThreadScope {
+public:
+#if HEADWISE_GEMM_OPENMP && !HEADWISE_GEMM_CBLAS
+    SingleThreadScope() noexcept : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+    ~SingleThreadScope() { omp_set_num_threads(saved_); }
+#else
+    SingleThreadScope() noexcept = default;
+#endif
+    SingleThreadScope(const SingleThreadScope&) = delete;
+    SingleThreadScope& operator=(const SingleThreadScope&) = delete;
+
+private:
+#if HEADWISE_GEMM_OPENMP && !HEADWISE_GEMM_CBLAS
+    int saved_;
+#endif
+};
 
 }  // namespace headwise::detail
 
@@ -239,35 +266,41 @@ void gemm(T alpha, ConstMatrixRef<T> A, Op op_a, ConstMatrixRef<T> B, Op op_b, T
         return;
     }
 
-    const int threads = detail::gemm_threads(m, n, k);
-    if (threads <= 1) {
+    const Index blocks = detail::gemm_blocks(m, n, k);
+    if (blocks <= 1) {
+        [[maybe_unused]] const detail::SingleThreadScope one_thread;
         detail::gemm_serial(alpha, A, op_a, B, op_b, beta, C);
         return;
     }
-#if HEADWISE_GEMM_OPENMP
-    // Split C along its longer side into `threads` blocks of whole quanta; each thread multiplies
-    // its block of op(A) (or op(B)) by the whole other operand.
+    // Split C along its longer side into `blocks` blocks of whole quanta, fixed by the shape;
+    // each multiplies its block of op(A) (or op(B)) by the whole other operand. The threads
+    // (none more than blocks, one inside a parallel region) share the blocks out.
     const bool by_rows = m >= n;
     const Index extent = by_rows ? m : n;
     const Index quanta = (extent + detail::kGemmSplitQuantum - 1) / detail::kGemmSplitQuantum;
-#pragma omp parallel num_threads(threads)
-    {
-        const Index t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const Index first = std::min(extent, (quanta * t / nt) * detail::kGemmSplitQuantum);
-        const Index last = std::min(extent, (quanta * (t + 1) / nt) * detail::kGemmSplitQuantum);
-        if (last > first) {
-            if (by_rows) {
-                MatrixRef<T> Cb = C.middleRows(first, last - first);
-                detail::gemm_serial<T>(alpha, detail::op_rows<T>(A, op_a, first, last - first),
-                                       op_a, B, op_b, beta, Cb);
-            } else {
-                MatrixRef<T> Cb = C.middleCols(first, last - first);
-                detail::gemm_serial<T>(alpha, A, op_a,
-                                       detail::op_cols<T>(B, op_b, first, last - first), op_b, beta,
-                                       Cb);
-            }
+    auto block = [&](Index b) {
+        const Index first = std::min(extent, (quanta * b / blocks) * detail::kGemmSplitQuantum);
+        const Index last =
+            std::min(extent, (quanta * (b + 1) / blocks) * detail::kGemmSplitQuantum);
+        if (last <= first) return;
+        [[maybe_unused]] const detail::SingleThreadScope one_thread;
+        if (by_rows) {
+            MatrixRef<T> Cb = C.middleRows(first, last - first);
+            detail::gemm_serial<T>(alpha, detail::op_rows<T>(A, op_a, first, last - first), op_a, B,
+                                   op_b, beta, Cb);
+        } else {
+            MatrixRef<T> Cb = C.middleCols(first, last - first);
+            detail::gemm_serial<T>(alpha, A, op_a, detail::op_cols<T>(B, op_b, first, last - first),
+                                   op_b, beta, Cb);
         }
-    }
+    };
+#if HEADWISE_GEMM_OPENMP
+    const int threads =
+        omp_in_parallel() ? 1 : static_cast<int>(std::min<Index>(omp_get_max_threads(), blocks));
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (Index b = 0; b < blocks; ++b) block(b);
+#else
+    for (Index b = 0; b < blocks; ++b) block(b);
 #endif
 }
 
