@@ -53,8 +53,8 @@ struct Block : Module<Block<T>, T> {
     Block(const Config& c, std::uint64_t seed, Generator& rng)
         : ln_1(c.d_model),
           attn(c.attention(), seed),
-          mlp(LayerNorm<T>(c.d_model), Linear<T>(c.d_model, 4 * c.d_model, true, rng), GELU<T>(),
-              Linear<T>(4 * c.d_model, c.d_model, true, rng)) {}
+          mlp{LayerNorm<T>(c.d_model), Linear<T>(c.d_model, 4 * c.d_model, true, rng), GELU<T>(),
+              Linear<T>(4 * c.d_model, c.d_model, true, rng)} {}  // braces: drawn left to right
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit) {
         Block::visit_child(self.ln_1, "ln_1.", visit);
@@ -81,7 +81,7 @@ struct GPT : Module<GPT<T>, T> {
     GPT(const Config& c, Generator& rng)
         : wte(c.vocab, c.d_model, std::nullopt, rng),
           wpe(c.context, c.d_model, std::nullopt, rng),
-          head(LayerNorm<T>(c.d_model), Linear<T>(c.d_model, c.vocab, /*bias=*/false, rng)) {
+          head{LayerNorm<T>(c.d_model), Linear<T>(c.d_model, c.vocab, /*bias=*/false, rng)} {
         for (Index i = 0; i < c.layers; ++i) h.emplace_back(c, 100 + std::uint64_t(i), rng);
     }
     template <class Self, class Visit>

@@ -20,9 +20,13 @@ namespace headwise::autograd {
 /// "0.", "1.", ... (torch's names); train()/eval(), zero_grad(), state_dict() cover them all,
 /// with no visitor written by hand:
 ///
-///   Sequential mlp(Linear<float>(8, 32, true, rng), GELU<float>(),
-///                  Linear<float>(32, 8, true, rng));   // "0.weight", "0.bias", "2.weight", ...
+///   Sequential mlp{Linear<float>(8, 32, true, rng), GELU<float>(),
+///                  Linear<float>(32, 8, true, rng)};   // "0.weight", "0.bias", "2.weight", ...
 ///   Var<float> y = apply(mlp, x);
+///
+/// Braces, not parentheses, when several layers draw from one generator: the elements of a
+/// braced list are evaluated left to right, the arguments of a call in an unspecified order
+/// (g++ goes right to left), so only braces give the same weights with every compiler.
 template <class... Layers>
 class Sequential
     : public Module<Sequential<Layers...>,
