@@ -21,7 +21,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <vector>     // std::vector
 
 #include "../config.hpp"
-#include "../detail/json_file.hpp"
+#include "../detail/config_file.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
@@ -204,41 +204,20 @@ private:
 // ---- definitions ----------------------------------------------------------------------------
 
 inline BertConfig BertConfig::from_json_file(const std::string& path) {
-    constexpr const char* fn = "headwise::models::BertConfig::from_json_file";
-    const nlohmann::json j = headwise::detail::read_json_file(fn, path);
-    const auto fail = [&](const std::string& key, const std::string& what) {
-        throw std::runtime_error(std::string(fn) + ": " + path + ": " + key + ": " + what);
-    };
+    const headwise::detail::ConfigFile file("headwise::models::BertConfig::from_json_file", path);
+    const nlohmann::json& j = file.json();
+    file.expect_string("model_type", "bert");
     BertConfig c;
-    const auto integer = [&](const char* key, Index& into, bool required, Index minimum) {
-        const auto it = j.find(key);
-        if (it == j.end()) {
-            if (required) fail(key, "missing");
-            return;
-        }
-        if (!it->is_number_integer()) fail(key, "expected an integer, got " + it->dump());
-        const auto v = it->get<std::int64_t>();
-        if (v < minimum)
-            fail(key,
-                 "expected at least " + std::to_string(minimum) + ", got " + std::to_string(v));
-        into = static_cast<Index>(v);
-    };
-    integer("vocab_size", c.vocab_size, true, 1);
-    integer("hidden_size", c.hidden_size, true, 1);
-    integer("num_hidden_layers", c.num_hidden_layers, true, 1);
-    integer("num_attention_heads", c.num_attention_heads, true, 1);
-    integer("intermediate_size", c.intermediate_size, true, 1);
-    integer("max_position_embeddings", c.max_position_embeddings, true, 1);
-    integer("type_vocab_size", c.type_vocab_size, false, 1);
-    integer("pad_token_id", c.pad_token_id, false, 0);
-    if (c.hidden_size % c.num_attention_heads != 0)
-        fail("num_attention_heads", "must divide hidden_size = " + std::to_string(c.hidden_size) +
-                                        ", got " + std::to_string(c.num_attention_heads));
-    if (const auto it = j.find("layer_norm_eps"); it != j.end()) {
-        if (!it->is_number() || !(it->get<double>() >= 0))
-            fail("layer_norm_eps", "expected a non-negative number, got " + it->dump());
-        c.layer_norm_eps = it->get<double>();
-    }
+    file.integer("vocab_size", c.vocab_size, true, 1);
+    file.integer("hidden_size", c.hidden_size, true, 1);
+    file.integer("num_hidden_layers", c.num_hidden_layers, true, 1);
+    file.integer("num_attention_heads", c.num_attention_heads, true, 1);
+    file.integer("intermediate_size", c.intermediate_size, true, 1);
+    file.integer("max_position_embeddings", c.max_position_embeddings, true, 1);
+    file.integer("type_vocab_size", c.type_vocab_size, false, 1);
+    file.integer("pad_token_id", c.pad_token_id, false, 0);
+    file.check_heads_divide(c.hidden_size, c.num_attention_heads);
+    file.number("layer_norm_eps", c.layer_norm_eps, 0.0, false);
     if (const auto it = j.find("hidden_act"); it != j.end()) {
         const std::string act = it->is_string() ? it->get<std::string>() : it->dump();
         if (act == "gelu")
@@ -246,14 +225,11 @@ inline BertConfig BertConfig::from_json_file(const std::string& path) {
         else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
             c.hidden_act = GeluApproximation::tanh;
         else
-            fail("hidden_act",
-                 "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " + it->dump());
+            file.fail(
+                "hidden_act",
+                "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " + it->dump());
     }
-    if (const auto it = j.find("position_embedding_type");
-        it != j.end() && !it->is_null() && *it != "absolute")
-        fail("position_embedding_type", "expected \"absolute\", got " + it->dump());
-    if (const auto it = j.find("model_type"); it != j.end() && *it != "bert")
-        fail("model_type", "expected \"bert\", got " + it->dump());
+    file.expect_string("position_embedding_type", "absolute");
     return c;
 }
 

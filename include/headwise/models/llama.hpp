@@ -22,8 +22,8 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include "../config.hpp"
 #include "../detail/attention_options.hpp"
+#include "../detail/config_file.hpp"
 #include "../detail/in_proj_layout.hpp"
-#include "../detail/json_file.hpp"
 #include "../detail/shape_checks.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
@@ -282,99 +282,63 @@ private:
 // ---- definitions ----------------------------------------------------------------------------
 
 inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
-    constexpr const char* fn = "headwise::models::LlamaConfig::from_json_file";
-    const nlohmann::json j = headwise::detail::read_json_file(fn, path);
-    const auto fail = [&](const std::string& key, const std::string& what) {
-        throw std::runtime_error(std::string(fn) + ": " + path + ": " + key + ": " + what);
-    };
-    if (!j.is_object()) fail("config", "expected a JSON object, got " + j.dump());
+    const headwise::detail::ConfigFile file("headwise::models::LlamaConfig::from_json_file", path);
+    const nlohmann::json& j = file.json();
     LlamaConfig c;
-    const auto integer = [&](const char* key, Index& into, bool required, Index minimum) {
-        const auto it = j.find(key);
-        if (it == j.end() || it->is_null()) {
-            if (required) fail(key, "missing");
-            return;
-        }
-        if (!it->is_number_integer()) fail(key, "expected an integer, got " + it->dump());
-        const auto v = it->get<std::int64_t>();
-        if (v < minimum)
-            fail(key,
-                 "expected at least " + std::to_string(minimum) + ", got " + std::to_string(v));
-        into = static_cast<Index>(v);
-    };
-    const auto number = [&](const nlohmann::json& o, const char* key, double& into, double minimum,
-                            bool exclusive) {
-        const auto it = o.find(key);
-        if (it == o.end() || it->is_null()) return;
-        const double v = it->is_number() ? it->get<double>() : 0.0;
-        if (!it->is_number() || !std::isfinite(v) || v < minimum || (exclusive && v == minimum))
-            fail(key, std::string("expected a finite number ") +
-                          (exclusive ? "above " : "of at least ") + nlohmann::json(minimum).dump() +
-                          ", got " + it->dump());
-        into = v;
-    };
-    const auto boolean = [&](const char* key, bool& into) {
-        const auto it = j.find(key);
-        if (it == j.end() || it->is_null()) return;
-        if (!it->is_boolean()) fail(key, "expected true or false, got " + it->dump());
-        into = it->get<bool>();
-    };
-    if (const auto it = j.find("model_type"); it != j.end() && *it != "llama")
-        fail("model_type", "expected \"llama\", got " + it->dump());
-    integer("vocab_size", c.vocab_size, true, 1);
-    integer("hidden_size", c.hidden_size, true, 1);
-    integer("intermediate_size", c.intermediate_size, true, 1);
-    integer("num_hidden_layers", c.num_hidden_layers, true, 1);
-    integer("num_attention_heads", c.num_attention_heads, true, 1);
+    file.expect_string("model_type", "llama");
+    file.integer("vocab_size", c.vocab_size, true, 1);
+    file.integer("hidden_size", c.hidden_size, true, 1);
+    file.integer("intermediate_size", c.intermediate_size, true, 1);
+    file.integer("num_hidden_layers", c.num_hidden_layers, true, 1);
+    file.integer("num_attention_heads", c.num_attention_heads, true, 1);
     c.num_key_value_heads = c.num_attention_heads;
-    integer("num_key_value_heads", c.num_key_value_heads, false, 1);
-    integer("max_position_embeddings", c.max_position_embeddings, false, 1);
-    if (c.hidden_size % c.num_attention_heads != 0)
-        fail("num_attention_heads", "must divide hidden_size = " + std::to_string(c.hidden_size) +
-                                        ", got " + std::to_string(c.num_attention_heads));
+    file.integer("num_key_value_heads", c.num_key_value_heads, false, 1);
+    file.integer("max_position_embeddings", c.max_position_embeddings, false, 1);
+    file.check_heads_divide(c.hidden_size, c.num_attention_heads);
     if (c.num_attention_heads % c.num_key_value_heads != 0)
-        fail("num_key_value_heads",
-             "must divide num_attention_heads = " + std::to_string(c.num_attention_heads) +
-                 ", got " + std::to_string(c.num_key_value_heads));
+        file.fail("num_key_value_heads",
+                  "must divide num_attention_heads = " + std::to_string(c.num_attention_heads) +
+                      ", got " + std::to_string(c.num_key_value_heads));
     if (const auto it = j.find("head_dim"); it != j.end() && !it->is_null()) {
         const Index D = c.hidden_size / c.num_attention_heads;
         if (!it->is_number_integer() || it->get<std::int64_t>() != D)
-            fail("head_dim", "only hidden_size / num_attention_heads = " + std::to_string(D) +
-                                 " is supported, got " + it->dump());
+            file.fail("head_dim", "only hidden_size / num_attention_heads = " + std::to_string(D) +
+                                      " is supported, got " + it->dump());
     }
-    number(j, "rms_norm_eps", c.rms_norm_eps, 0.0, false);
-    if (const auto it = j.find("hidden_act"); it != j.end() && *it != "silu")
-        fail("hidden_act", "expected \"silu\", got " + it->dump());
-    boolean("attention_bias", c.attention_bias);
-    boolean("mlp_bias", c.mlp_bias);
-    boolean("tie_word_embeddings", c.tie_word_embeddings);
+    file.number("rms_norm_eps", c.rms_norm_eps, 0.0, false);
+    file.expect_string("hidden_act", "silu");
+    file.boolean("attention_bias", c.attention_bias);
+    file.boolean("mlp_bias", c.mlp_bias);
+    file.boolean("tie_word_embeddings", c.tie_word_embeddings);
 
     // RoPE: transformers 4 keeps rope_theta and rope_scaling at the top, 5 both in
     // rope_parameters.
     const auto params = j.find("rope_parameters");
     const bool v5 = params != j.end() && params->is_object();
-    number(j, "rope_theta", c.rope_theta, 1.0, true);
-    if (v5) number(*params, "rope_theta", c.rope_theta, 1.0, true);
+    file.number("rope_theta", c.rope_theta, 1.0, true);
+    if (v5) file.number(*params, "rope_theta", c.rope_theta, 1.0, true);
     const auto scaling = v5 ? params : j.find("rope_scaling");
     const char* scaling_key = v5 ? "rope_parameters" : "rope_scaling";
     if (scaling != j.end() && !scaling->is_null()) {
-        if (!scaling->is_object()) fail(scaling_key, "expected an object, got " + scaling->dump());
+        if (!scaling->is_object())
+            file.fail(scaling_key, "expected an object, got " + scaling->dump());
         auto type = scaling->find("rope_type");
         if (type == scaling->end()) type = scaling->find("type");
         const std::string kind = type == scaling->end()
                                      ? "default"
                                      : (type->is_string() ? type->get<std::string>() : "");
         if (kind == "linear") {
-            if (scaling->find("factor") == scaling->end()) fail(scaling_key, "factor missing");
-            number(*scaling, "factor", c.rope_scaling_factor, 1.0, false);
+            if (scaling->find("factor") == scaling->end()) file.fail(scaling_key, "factor missing");
+            file.number(*scaling, "factor", c.rope_scaling_factor, 1.0, false);
         } else if (kind != "default") {
-            fail(scaling_key, "only the \"default\" and \"linear\" rope types are supported, got " +
-                                  scaling->dump());
+            file.fail(scaling_key,
+                      "only the \"default\" and \"linear\" rope types are supported, got " +
+                          scaling->dump());
         }
     }
     const auto token = [&](const nlohmann::json& v, const char* key) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-            fail(key, "expected a non-negative integer or a list of them, got " + v.dump());
+            file.fail(key, "expected a non-negative integer or a list of them, got " + v.dump());
         return v.get<std::int64_t>();
     };
     if (const auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
