@@ -28,6 +28,8 @@
 #include <headwise/detail/parallel.hpp>  // HEADWISE_PARALLEL, <omp.h> when set
 #include <headwise/ops/gemm.hpp>         // HEADWISE_GEMM_CBLAS, <cblas.h> when set
 
+#include "worker_process.hpp"  // status_kb, set_threads, median
+
 #include <algorithm>  // std::sort, std::min_element
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdio>     // std::printf, std::fflush
@@ -45,36 +47,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using headwise::Index;
 using headwise::Tensor;
+using headwise_bench::median;
+using headwise_bench::set_threads;
+using headwise_bench::status_kb;
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// A field of /proc/self/status in kB: "VmRSS" (now) or "VmHWM" (peak). The worker's peak is
-/// VmHWM rather than ru_maxrss, which a process inherits from the one that forked it.
-long status_kb(const std::string& field) {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-        if (line.compare(0, field.size() + 1, field + ":") == 0)
-            return std::atol(line.c_str() + field.size() + 1);
-    return -1;
-}
-
-void set_threads(int n) {
-#if HEADWISE_PARALLEL
-    omp_set_num_threads(n);
-#endif
-#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
-    openblas_set_num_threads(n);
-#endif
-    static_cast<void>(n);
 }
 
 int load(const std::string& dir, int repeats) {

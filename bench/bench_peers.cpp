@@ -36,6 +36,8 @@
 #include <headwise/io/npy.hpp>
 #include <headwise/ops/gemm.hpp>  // HEADWISE_GEMM_CBLAS, <cblas.h> when set
 
+#include "worker_process.hpp"  // status_kb, set_threads, median
+
 #include <algorithm>  // std::sort
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdio>     // std::printf
@@ -58,31 +60,9 @@ using Clock = std::chrono::steady_clock;
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-long status_kb(const std::string& field) {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-        if (line.compare(0, field.size() + 1, field + ":") == 0)
-            return std::atol(line.c_str() + field.size() + 1);
-    return -1;
-}
-
-void set_threads(int n) {
-#if HEADWISE_PARALLEL
-    omp_set_num_threads(n);
-#endif
-#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
-    openblas_set_num_threads(n);
-#endif
-    static_cast<void>(n);
-}
+using headwise_bench::median;
+using headwise_bench::set_threads;
+using headwise_bench::status_kb;
 
 /// One case: a module on the given weights, its inputs, and what a call leaves behind.
 struct Case {
