@@ -157,8 +157,8 @@ private:
     bool has_bias_;
     Precision precision_ = Precision::float32;
     std::vector<BFloat16> weight_bf16_;  // [out, in] in bf16 mode, else empty
-    Tensor<T> weight_;  // [out, in]
-    Tensor<T> bias_;    // [out], or [0] without bias
+    Tensor<T> weight_;                   // [out, in]
+    Tensor<T> bias_;                     // [out], or [0] without bias
     // Mutable: a layer constructed uninitialized allocates them on first use, which may be a
     // const call (parameters() const, grad_dict()).
     mutable Tensor<T> grad_weight_;  // [out, in], or [0, 0] until allocated
