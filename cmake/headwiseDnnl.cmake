@@ -9,7 +9,18 @@ function(headwise_find_dnnl found_var)
     find_path(HEADWISE_DNNL_INCLUDE_DIR NAMES oneapi/dnnl/dnnl.h)
     find_library(HEADWISE_DNNL_LIBRARY NAMES dnnl)
     mark_as_advanced(HEADWISE_DNNL_INCLUDE_DIR HEADWISE_DNNL_LIBRARY)
-    if(HEADWISE_DNNL_INCLUDE_DIR AND HEADWISE_DNNL_LIBRARY)
+    # ops/gemm_bf16.hpp speaks oneDNN 2's C API (dnnl_matmul_desc_init, ...), which oneDNN 3
+    # removed: a oneDNN 3 counts as not found, and bf16 takes the portable path.
+    set(_dnnl_major "")
+    if(HEADWISE_DNNL_INCLUDE_DIR AND EXISTS "${HEADWISE_DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h")
+      file(STRINGS "${HEADWISE_DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h" _dnnl_major
+           REGEX "^#define DNNL_VERSION_MAJOR [0-9]+")
+      string(REGEX REPLACE ".*DNNL_VERSION_MAJOR ([0-9]+).*" "\\1" _dnnl_major "${_dnnl_major}")
+    endif()
+    if(_dnnl_major AND NOT _dnnl_major EQUAL 2)
+      message(STATUS "headwise: oneDNN ${_dnnl_major}.x found in ${HEADWISE_DNNL_INCLUDE_DIR}; "
+                     "headwise's bf16 products need oneDNN 2: not used")
+    elseif(HEADWISE_DNNL_INCLUDE_DIR AND HEADWISE_DNNL_LIBRARY)
       add_library(headwise_dnnl::dnnl UNKNOWN IMPORTED)
       set_target_properties(headwise_dnnl::dnnl PROPERTIES
         IMPORTED_LOCATION "${HEADWISE_DNNL_LIBRARY}"

@@ -51,10 +51,10 @@ struct AttentionParameters {
     P* bias_v = nullptr;     // [Hkv D]
     bool zero_attn = false;  // the zero key and value come last
     // Precision::bf16 (float modules, inference): w_in and w_out as bf16 copies, which steps 1
-    // and 4 multiply by instead, in `bf16_workspace`. Null in float.
+    // and 4 multiply by instead, in buffers of the call's own (so that decodes of different
+    // caches through one module may run at once). Null in float.
     const BFloat16* w_in_bf16 = nullptr;   // [E + 2 Hkv D, ...], as w_in
     const BFloat16* w_out_bf16 = nullptr;  // [E, E]
-    ops::Bf16LinearWorkspace* bf16_workspace = nullptr;
 
     /// GEMM gm's weight W [w_rows, in], a row block of w_in.
     MatrixMap<P> in_weight(const ProjectionGemm& gm) const {
@@ -75,14 +75,14 @@ struct AttentionParameters {
 template <class T>
 void project(const AttentionParameters<const T>& params, const TensorView<const T> (&x)[3],
              ProjectionBuffers<T>& y) {
+    [[maybe_unused]] ops::Bf16LinearWorkspace workspace;  // bf16 only; empty until used
     for (const ProjectionGemm& gm : y.plan().gemms) {
         if constexpr (std::is_same_v<T, float>) {
             if (params.w_in_bf16) {  // the same product with bf16 operands
                 ops::linear_forward_bf16(
                     x[gm.input].matrix(),
                     ops::ConstBf16Matrix(params.w_in_bf16 + gm.w_offset, gm.w_rows, gm.in),
-                    params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm),
-                    *params.bf16_workspace);
+                    params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm), workspace);
                 continue;
             }
         }
@@ -487,8 +487,9 @@ void project_out(const AttentionParameters<const T>& params, ConstMatrixRef<T> c
     if constexpr (std::is_same_v<T, float>) {
         if (params.w_out_bf16) {
             const Index E = params.layout.E;
+            ops::Bf16LinearWorkspace workspace;  // the call's own
             ops::linear_forward_bf16(ctx, ops::ConstBf16Matrix(params.w_out_bf16, E, E),
-                                     params.b_out, out, *params.bf16_workspace);
+                                     params.b_out, out, workspace);
             return;
         }
     }

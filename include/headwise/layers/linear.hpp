@@ -62,22 +62,21 @@ public:
     /// branch's gradient sum into it).
     void backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
 
-    /// Precision::bf16 (Linear<float> only; inference): converts the weight to bf16 once and
-    /// releases the float weight and the gradients, so the weight takes half the bytes
-    /// (memory_bytes()); forward then rounds its input to bf16, multiplies with float
-    /// accumulation and adds the float bias. The bias stays float. While in bf16, weight() and
-    /// parameters() see an empty [0, 0] weight, and backward throws std::invalid_argument.
-    /// Precision::float32 converts back (exactly: the weight keeps its bf16-rounded values).
-    /// Throws std::invalid_argument for bf16 on Linear<double>, or a value that is no
-    /// Precision enumerator.
+    /// Precision::bf16 (Linear<float> only; inference): takes a bf16 copy of the weight, here;
+    /// forward then rounds its input to bf16, multiplies by the copy with float accumulation and
+    /// adds the float bias. The float weight, bias and gradients stay as they are (parameters(),
+    /// state_dict(), optimisers built on them keep working), so the copy adds half the weight's
+    /// bytes (memory_bytes()); after changing the weight, call with_precision(Precision::bf16)
+    /// again to take a new copy. backward throws std::invalid_argument in bf16.
+    /// Precision::float32 drops the copy. Throws std::invalid_argument for bf16 on
+    /// Linear<double>, or a value that is no Precision enumerator.
     Linear& with_precision(Precision precision);
     Precision precision() const noexcept { return precision_; }
-    /// Bytes of the parameters as stored: the weight (4 bytes per element in float, 2 in bf16)
-    /// and the bias; gradients not counted.
+    /// Bytes of the parameters as stored: the weight, its bf16 copy in Precision::bf16 (2 bytes
+    /// per element) and the bias; gradients not counted.
     std::size_t memory_bytes() const noexcept {
-        const std::size_t bias = sizeof(T) * static_cast<std::size_t>(bias_.numel());
-        if (precision_ == Precision::bf16) return sizeof(BFloat16) * weight_bf16_.size() + bias;
-        return sizeof(T) * static_cast<std::size_t>(weight_.numel()) + bias;
+        return sizeof(T) * static_cast<std::size_t>(weight_.numel() + bias_.numel()) +
+               sizeof(BFloat16) * weight_bf16_.size();
     }
 
     Index in_features() const noexcept { return in_features_; }
@@ -217,23 +216,19 @@ Linear<T>& Linear<T>::with_precision(Precision precision) {
     if (precision != Precision::float32 && precision != Precision::bf16)
         throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
                                std::to_string(static_cast<int>(precision)));
-    if (precision == precision_) return *this;
+    if (precision == Precision::float32) {
+        weight_bf16_ = std::vector<BFloat16>();
+        precision_ = precision;
+        return *this;
+    }
     if constexpr (!std::is_same_v<T, float>) {
         throw_invalid_argument(fn, "precision", "Precision::float32 for a Linear<double>",
                                "Precision::bf16 (bf16 is for float modules)");
     } else {
         const Index n = out_features_ * in_features_;
-        if (precision == Precision::bf16) {
-            weight_bf16_.resize(static_cast<std::size_t>(n));
-            to_bf16(weight_.data(), weight_bf16_.data(), n);  // [out, in], rounded once
-            weight_ = Tensor<T>(Shape{0, 0});
-            grad_weight_ = Tensor<T>(Shape{0, 0});
-            grad_bias_ = Tensor<T>(Shape{0});
-        } else {
-            weight_ = Tensor<T>::uninitialized(Shape{out_features_, in_features_});
-            to_float(weight_bf16_.data(), weight_.data(), n);  // exact
-            weight_bf16_ = std::vector<BFloat16>();
-        }
+        std::vector<BFloat16> copy(static_cast<std::size_t>(n));
+        to_bf16(weight_.data(), copy.data(), n);  // [out, in], rounded once
+        weight_bf16_ = std::move(copy);
         precision_ = precision;
     }
     return *this;

@@ -39,8 +39,10 @@
 // such as the per-(batch, head) loops), so that the result is the same bits on any number of
 // threads. Eigen never starts threads of its own (gemm runs it with one); a CBLAS must run one
 // thread per call: set OPENBLAS_NUM_THREADS=1 (or BLIS_NUM_THREADS=1, ...) or link the BLAS's
-// OpenMP build. Without HEADWISE_USE_OPENMP headwise starts no thread, and a CBLAS may use its
-// own threads for each product (OPENBLAS_NUM_THREADS), whose results then depend on their count.
+// OpenMP build (which then threads the products gemm does not split by OMP_NUM_THREADS, so that
+// their bits depend on it). Without HEADWISE_USE_OPENMP headwise starts no thread, and a CBLAS
+// may use its own threads for each product (OPENBLAS_NUM_THREADS), whose results then depend on
+// their count.
 
 namespace headwise::ops {
 

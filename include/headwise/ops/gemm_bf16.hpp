@@ -29,6 +29,9 @@
 // shapes). docs/precision.md has the measurements.
 #if defined(HEADWISE_USE_DNNL) && HEADWISE_USE_DNNL
 #include <oneapi/dnnl/dnnl.h>  // dnnl_matmul_desc_init, dnnl_primitive_execute, ...
+#if DNNL_VERSION_MAJOR != 2
+#error "headwise: HEADWISE_USE_DNNL needs oneDNN 2 (oneDNN 3 changed its C API)"
+#endif
 #define HEADWISE_GEMM_BF16_DNNL 1
 #else
 #define HEADWISE_GEMM_BF16_DNNL 0

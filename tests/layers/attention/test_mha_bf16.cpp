@@ -128,7 +128,7 @@ TEST_CASE("MultiheadAttention decode in bf16 agrees with its forward in bf16", "
     CHECK(relative_error(y_fwd, y_f32) <= kBf16Tolerance);
 }
 
-TEST_CASE("MultiheadAttention in bf16 refuses backward, and the double module refuses bf16",
+TEST_CASE("MultiheadAttention in bf16 refuses training, and the double module refuses bf16",
           "[mha][bf16]") {
     headwise::MultiheadAttentionOptions opt;
     opt.embed_dim = 8;
@@ -137,7 +137,18 @@ TEST_CASE("MultiheadAttention in bf16 refuses backward, and the double module re
     Tensor<float> x(Shape{1, 3, 8});
     mha.with_precision(Precision::bf16);
     CHECK(mha.precision() == Precision::bf16);
-    const auto fwd = mha.forward(x, x, x);  // training mode: saves what backward would read
+    try {  // training mode: forward would save activations that backward could not use
+        mha.forward(x, x, x);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()) ==
+              "headwise::MultiheadAttention::forward: the module runs in Precision::bf16, which "
+              "is for inference only: call eval() first, or with_precision(Precision::float32) "
+              "to train it");
+    }
+    mha.with_precision(Precision::float32);
+    const auto fwd = mha.forward(x, x, x);  // in float, then switched before backward
+    mha.with_precision(Precision::bf16);
     try {
         mha.backward(fwd, x);
         FAIL("no exception");

@@ -119,8 +119,10 @@ public:
     /// multiplied in bf16 with float accumulation (inputs rounded to bf16); biases, scores,
     /// softmax, the attention products and outputs stay float. The float parameters are kept
     /// (parameters(), state_dict() and head() read them as before), so after changing them call
-    /// with_precision(Precision::bf16) again to convert them anew. backward throws
-    /// std::invalid_argument in bf16. Precision::float32 drops the bf16 copies and returns to
+    /// with_precision(Precision::bf16) again to convert them anew. forward in training mode and
+    /// backward throw std::invalid_argument in bf16 (before anything changes). The projections'
+    /// buffers are each call's own, so that one bf16 module may decode several caches at once,
+    /// as in float. Precision::float32 drops the bf16 copies and returns to
     /// the float path. Throws std::invalid_argument for bf16 on MultiheadAttention<double> or a
     /// value that is no Precision enumerator.
     MultiheadAttention& with_precision(Precision precision);
@@ -215,7 +217,6 @@ private:
         if (std::is_const_v<P> && precision_ == Precision::bf16) {
             p.w_in_bf16 = w_in_bf16_.data();
             p.w_out_bf16 = w_out_bf16_.data();
-            p.bf16_workspace = &bf16_workspace_;
         }
         return p;
     }
@@ -226,8 +227,7 @@ private:
     Tensor<T> w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_;
     Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
     Precision precision_ = Precision::float32;
-    std::vector<BFloat16> w_in_bf16_, w_out_bf16_;     // bf16 copies of w_in_, w_out_ in bf16
-    mutable ops::Bf16LinearWorkspace bf16_workspace_;  // the bf16 projections' buffers
+    std::vector<BFloat16> w_in_bf16_, w_out_bf16_;  // bf16 copies of w_in_, w_out_ in bf16
     // Buffers reused by every call: an eval-mode forward's activations, backward's gradients of
     // them, and the spare training activations a finished call hands back. Hence one module must
     // not run two calls at the same time; copies of it may (a copy starts with buffers of its own).
@@ -288,7 +288,6 @@ MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision
     if (precision == Precision::float32) {
         w_in_bf16_ = std::vector<BFloat16>();
         w_out_bf16_ = std::vector<BFloat16>();
-        bf16_workspace_ = ops::Bf16LinearWorkspace();
     } else if constexpr (!std::is_same_v<T, float>) {
         throw_invalid_argument(fn, "precision",
                                "Precision::float32 for a MultiheadAttention<double>",
@@ -370,6 +369,11 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> value,
                                                    const AttentionMasks<T>& masks) {
     detail::AttentionCall<T> call = check_forward(query, key, value, masks);  // throws first
+    if (this->training_ && precision_ == Precision::bf16)
+        throw std::invalid_argument(
+            "headwise::MultiheadAttention::forward: the module runs in Precision::bf16, which is "
+            "for inference only: call eval() first, or with_precision(Precision::float32) to "
+            "train it");
     if (this->training_ && options_.dropout > 0.0)
         call.dropout = ops::Dropout{options_.dropout, rng_()};
 
