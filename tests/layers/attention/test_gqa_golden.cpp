@@ -10,6 +10,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_attention.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/projections.hpp"
@@ -19,6 +20,7 @@ using headwise::Index;
 using headwise::Projection;
 using headwise::Tensor;
 using headwise::TensorView;
+using headwise::test::golden_attention_options;
 using headwise::test::GoldenCase;
 using headwise::test::kGoldenTolerance;
 using headwise::test::kProjections;
@@ -32,24 +34,9 @@ Tensor<T> cast(const Tensor<double>& t) {
     return out;
 }
 
-headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
-    headwise::MultiheadAttentionOptions opt;
-    opt.embed_dim = c.meta_int("embed_dim");
-    opt.num_heads = c.meta_int("num_heads");
-    opt.num_kv_heads = c.meta_int("num_kv_heads");
-    opt.projection = projection;
-    opt.bias = c.flag("bias");
-    opt.kdim = c.meta_int("kdim");
-    opt.vdim = c.meta_int("vdim");
-    opt.add_bias_kv = c.flag("add_bias_kv");
-    opt.add_zero_attn = c.flag("add_zero_attn");
-    if (c.meta.count("scale")) opt.scale = std::stod(c.meta.at("scale"));
-    return opt;
-}
-
 template <class T>
 void check_case(const GoldenCase& c, Projection projection, double tolerance) {
-    headwise::MultiheadAttention<T> mha(options_of(c, projection), /*seed=*/1);
+    headwise::MultiheadAttention<T> mha(golden_attention_options(c, projection), /*seed=*/1);
     std::map<std::string, Tensor<T>> sd;
     for (const auto& [key, tensor] : c.state_dict()) sd.emplace(key, cast<T>(tensor));
     mha.load_state_dict(sd);

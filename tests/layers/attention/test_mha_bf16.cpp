@@ -14,6 +14,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_attention.hpp"
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
@@ -22,6 +23,7 @@ using headwise::Precision;
 using headwise::Projection;
 using headwise::Shape;
 using headwise::Tensor;
+using headwise::test::golden_attention_options;
 using headwise::test::GoldenCase;
 using headwise::test::kProjections;
 
@@ -47,20 +49,6 @@ double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
     return scale == 0 ? diff : diff / scale;
 }
 
-headwise::MultiheadAttentionOptions options_of(const GoldenCase& c, Projection projection) {
-    headwise::MultiheadAttentionOptions opt;
-    opt.embed_dim = c.meta_int("embed_dim");
-    opt.num_heads = c.meta_int("num_heads");
-    opt.projection = projection;
-    opt.bias = c.flag("bias");
-    opt.kdim = c.meta_int("kdim");
-    opt.vdim = c.meta_int("vdim");
-    opt.add_bias_kv = c.flag("add_bias_kv");
-    opt.add_zero_attn = c.flag("add_zero_attn");
-    opt.dropout = 0.0;
-    return opt;
-}
-
 }  // namespace
 
 TEST_CASE("MultiheadAttention in bf16 is within 1e-2 of float on every golden case",
@@ -69,7 +57,7 @@ TEST_CASE("MultiheadAttention in bf16 is within 1e-2 of float on every golden ca
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     const GoldenCase c = headwise::test::load_golden_case(name);
-    headwise::MultiheadAttention<float> mha(options_of(c, projection), 1);
+    headwise::MultiheadAttention<float> mha(golden_attention_options(c, projection), 1);
     std::map<std::string, Tensor<float>> sd;
     for (const auto& [key, tensor] : c.state_dict()) sd.emplace(key, cast(tensor));
     mha.load_state_dict(sd);

@@ -12,6 +12,7 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_attention.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/projections.hpp"
@@ -22,6 +23,7 @@ using headwise::Projection;
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::TensorView;
+using headwise::test::golden_attention_options;
 using headwise::test::GoldenCase;
 using headwise::test::kGoldenTolerance;
 using headwise::test::kProjections;
@@ -38,24 +40,6 @@ Tensor<T> cast(const Tensor<double>& t) {
     Tensor<T> out(t.shape());
     for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<T>(t.data()[i]);
     return out;
-}
-
-template <class T>
-headwise::MultiheadAttentionOptions options_of(
-    const GoldenCase& c, Projection projection,
-    headwise::AttentionKernel kernel = headwise::AttentionKernel::automatic) {
-    headwise::MultiheadAttentionOptions opt;
-    opt.attention_kernel = kernel;
-    opt.embed_dim = c.meta_int("embed_dim");
-    opt.num_heads = c.meta_int("num_heads");
-    opt.projection = projection;
-    opt.bias = c.flag("bias");
-    opt.kdim = c.meta_int("kdim");
-    opt.vdim = c.meta_int("vdim");
-    opt.add_bias_kv = c.flag("add_bias_kv");
-    opt.add_zero_attn = c.flag("add_zero_attn");
-    opt.dropout = 0.0;
-    return opt;
 }
 
 template <class T>
@@ -78,7 +62,8 @@ std::set<std::string> keys_of(const Map& map) {
 template <class T>
 void check_case(const GoldenCase& c, Projection projection, headwise::AttentionKernel kernel,
                 double tolerance) {
-    headwise::MultiheadAttention<T> mha(options_of<T>(c, projection, kernel), /*seed=*/1);
+    headwise::MultiheadAttention<T> mha(golden_attention_options(c, projection, kernel),
+                                        /*seed=*/1);
     mha.load_state_dict(cast_dict<T>(c.state_dict()));
 
     headwise::AttentionMasks<T> m;
@@ -165,7 +150,7 @@ TEST_CASE("golden state dicts load and save under PyTorch's names and shapes", "
     const GoldenCase c = headwise::test::load_golden_case(name);
     const auto expected = c.state_dict();
 
-    headwise::MultiheadAttention<double> mha(options_of<double>(c, Projection::fused), 1);
+    headwise::MultiheadAttention<double> mha(golden_attention_options(c, Projection::fused), 1);
     // Before loading, the module already has exactly PyTorch's entries and shapes.
     const auto initial = mha.state_dict();
     REQUIRE(keys_of(initial) == keys_of(expected));
@@ -210,7 +195,7 @@ TEST_CASE("each forward keeps its own state until its backward, and eval mode ag
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, headwise::to_string(projection));
     const GoldenCase c = headwise::test::load_golden_case(name);
-    headwise::MultiheadAttention<double> mha(options_of<double>(c, projection), 1);
+    headwise::MultiheadAttention<double> mha(golden_attention_options(c, projection), 1);
     mha.load_state_dict(c.state_dict());
 
     headwise::AttentionMasks<double> m;
