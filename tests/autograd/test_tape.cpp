@@ -16,6 +16,7 @@
 
 #include "support/catch.hpp"
 #include "support/match.hpp"
+#include "support/parameter_vectors.hpp"
 
 using headwise::Index;
 using headwise::Shape;
@@ -287,13 +288,9 @@ TEST_CASE("tape: attention, dropout, concat and norms pass gradcheck in double")
     Block<double> block(0.0, rng);
     const Tensor<double> target = Tensor<double>::randn(Shape{kB, kL, kE}, rng);
     std::vector<Tensor<double>> inputs{Tensor<double>::randn(Shape{kB, kL, kE}, rng)};
-    for (const auto& p : block.parameters()) inputs.emplace_back(TensorView<const double>(p.value));
+    headwise::test::append_values(block.parameters(), inputs);
     auto load = [&](const std::vector<Tensor<double>>& in) {
-        std::size_t i = 1;
-        for (auto& p : block.parameters()) {
-            for (Index k = 0; k < p.value.numel(); ++k) p.value.data()[k] = in[i].data()[k];
-            ++i;
-        }
+        headwise::test::load_values(block.parameters(), in, 1);
     };
     auto f = [&](const std::vector<Tensor<double>>& in) {
         load(in);
@@ -310,7 +307,7 @@ TEST_CASE("tape: attention, dropout, concat and norms pass gradcheck in double")
         const Var<double> x = tape.input(in[0], true);
         tape.backward(block.loss(x, target), g.reshape(Shape{}));
         std::vector<Tensor<double>> out{tape.grad(x)};
-        for (auto& p : block.parameters()) out.emplace_back(TensorView<const double>(p.grad));
+        headwise::test::append_grads(block.parameters(), out);
         return out;
     };
     headwise::GradcheckOptions options;

@@ -14,6 +14,7 @@
 
 #include "support/catch.hpp"
 #include "support/match.hpp"
+#include "support/parameter_vectors.hpp"
 
 using headwise::Index;
 using headwise::Shape;
@@ -64,13 +65,9 @@ TEST_CASE("gpt: the tape's gradients of every parameter pass gradcheck in double
     gpt_model::GPT<double> model(tiny(), rng);
     const Data d;
     std::vector<Tensor<double>> params;
-    for (const auto& p : model.parameters()) params.emplace_back(TensorView<const double>(p.value));
+    headwise::test::append_values(model.parameters(), params);
     auto load = [&](const std::vector<Tensor<double>>& in) {
-        std::size_t i = 0;
-        for (auto& p : model.parameters()) {
-            for (Index k = 0; k < p.value.numel(); ++k) p.value.data()[k] = in[i].data()[k];
-            ++i;
-        }
+        headwise::test::load_values(model.parameters(), in, 0);
     };
     auto f = [&](const std::vector<Tensor<double>>& in) {
         load(in);
@@ -85,7 +82,7 @@ TEST_CASE("gpt: the tape's gradients of every parameter pass gradcheck in double
         Tape<double> tape;
         tape.backward(loss_of(model, tape, d), g.reshape(Shape{}));
         std::vector<Tensor<double>> out;
-        for (const auto& p : model.parameters()) out.emplace_back(TensorView<const double>(p.grad));
+        headwise::test::append_grads(model.parameters(), out);
         return out;
     };
     headwise::GradcheckOptions options;
