@@ -9,8 +9,10 @@
 #include <utility>    // std::move
 
 #include "../config.hpp"
+#include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../ops/swiglu.hpp"
+#include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "linear.hpp"
@@ -86,6 +88,22 @@ public:
     /// residual branch's gradient.
     void backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy, TensorView<T> dx);
 
+    /// Precision::bf16 (SwiGLU<float> only; inference): gate_proj, up_proj and down_proj run
+    /// their products in bf16 (see Linear::with_precision: bf16 copies of the weights taken
+    /// here, the float parameters kept); SiLU and the gating product stay float. backward
+    /// throws in bf16. After changing the weights, call with_precision(Precision::bf16) again;
+    /// Precision::float32 returns the three to float. Throws std::invalid_argument for bf16 on a
+    /// SwiGLU<double>, or a value that is no Precision enumerator, before any Linear changes.
+    SwiGLU& with_precision(Precision precision) {
+        detail::check_precision<T>("headwise::SwiGLU::with_precision", precision);
+        gate_proj_.with_precision(precision);
+        up_proj_.with_precision(precision);
+        down_proj_.with_precision(precision);
+        precision_ = precision;
+        return *this;
+    }
+    Precision precision() const noexcept { return precision_; }
+
     Index hidden_size() const noexcept { return E_; }
     Index intermediate_size() const noexcept { return I_; }
     bool has_bias() const noexcept { return gate_proj_.has_bias(); }
@@ -121,6 +139,7 @@ private:
     Linear<T> gate_proj_;  // [I, E]
     Linear<T> up_proj_;    // [I, E]
     Linear<T> down_proj_;  // [E, I]
+    Precision precision_ = Precision::float32;
 };
 
 // ---- definitions ----------------------------------------------------------------------------

@@ -12,10 +12,12 @@
 
 #include "../config.hpp"
 #include "../detail/attention_options.hpp"
+#include "../detail/precision_check.hpp"
 #include "../detail/transformer_layer.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../ops/dropout.hpp"
+#include "../precision.hpp"
 #include "../random.hpp"
 #include "../tensor.hpp"
 #include "attention/multihead_attention.hpp"
@@ -110,6 +112,25 @@ public:
     }
     const Options& options() const noexcept { return options_; }
 
+    /// Precision::bf16 (TransformerEncoderLayer<float> only; inference): self_attn, linear1 and
+    /// linear2 run their products in bf16 (see MultiheadAttention::with_precision and
+    /// Linear::with_precision: bf16 copies of their weights taken here, the float parameters
+    /// kept); the norms, the activation, dropout and the residual sums stay float. Call eval()
+    /// first: forward in training mode and backward throw in bf16. After changing the weights
+    /// (load_state_dict, an optimiser step), call with_precision(Precision::bf16) again.
+    /// Precision::float32 returns every sub-module to float. Throws std::invalid_argument for
+    /// bf16 on a TransformerEncoderLayer<double>, or a value that is no Precision enumerator,
+    /// before any sub-module changes.
+    TransformerEncoderLayer& with_precision(Precision precision) {
+        detail::check_precision<T>("headwise::TransformerEncoderLayer::with_precision", precision);
+        self_attn_.with_precision(precision);
+        linear1_.with_precision(precision);
+        linear2_.with_precision(precision);
+        precision_ = precision;
+        return *this;
+    }
+    Precision precision() const noexcept { return precision_; }
+
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
     Linear<T>& linear1() noexcept { return linear1_; }
@@ -141,6 +162,7 @@ private:
     Linear<T> linear1_, linear2_;
     LayerNorm<T> norm1_, norm2_;
     Dropout<T> dropout_, dropout1_, dropout2_;
+    Precision precision_ = Precision::float32;
 
     /// The seed of child `child` (0: the weights' generator, 1: self_attn, 2-4: the dropouts).
     static std::uint64_t child_seed(std::uint64_t seed, std::uint64_t child) noexcept {

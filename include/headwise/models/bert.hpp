@@ -22,6 +22,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include "../config.hpp"
 #include "../detail/config_file.hpp"
+#include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
@@ -31,6 +32,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../layers/linear.hpp"
 #include "../layers/module.hpp"
 #include "../layers/uninitialized.hpp"
+#include "../precision.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -88,6 +90,20 @@ public:
         attention_.with_projection(projection);
         return *this;
     }
+    /// Precision::bf16 (float layers only): the attention's projections and the feed-forward
+    /// Linears (intermediate.dense, output.dense) run their products in bf16 (bf16 copies of
+    /// their weights taken here, the float parameters kept); the LayerNorms, GELU, softmax and
+    /// the residual sums stay float. Throws std::invalid_argument for bf16 on a double layer or
+    /// a value that is no Precision enumerator, before any sub-module changes.
+    BertLayer& with_precision(Precision precision) {
+        headwise::detail::check_precision<T>("headwise::models::BertLayer::with_precision",
+                                             precision);
+        attention_.with_precision(precision);
+        intermediate_.with_precision(precision);
+        output_.with_precision(precision);
+        return *this;
+    }
+    Precision precision() const noexcept { return attention_.precision(); }
     MultiheadAttention<T>& attention() noexcept { return attention_; }
     const MultiheadAttention<T>& attention() const noexcept { return attention_; }
 
@@ -174,6 +190,21 @@ public:
         for (BertLayer<T>& l : layers_) l.with_projection(projection);
         return *this;
     }
+    /// Precision::bf16 (BertModel<float> only; inference): every layer's attention
+    /// projections and feed-forward Linears run their products in bf16 (see
+    /// BertLayer::with_precision); the embeddings, the LayerNorms, GELU, softmax and the
+    /// residual sums stay float. load_pretrained() in bf16 takes new bf16 copies of what it
+    /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
+    /// bf16 on a BertModel<double>, or a value that is no Precision enumerator, before any
+    /// layer changes.
+    BertModel& with_precision(Precision precision) {
+        headwise::detail::check_precision<T>("headwise::models::BertModel::with_precision",
+                                             precision);
+        for (BertLayer<T>& l : layers_) l.with_precision(precision);
+        precision_ = precision;
+        return *this;
+    }
+    Precision precision() const noexcept { return precision_; }
     const BertConfig& config() const noexcept { return config_; }
     std::vector<BertLayer<T>>& layers() noexcept { return layers_; }
 
@@ -199,6 +230,7 @@ private:
     Embedding<T> word_embeddings_, position_embeddings_, token_type_embeddings_;
     LayerNorm<T> embeddings_norm_;
     std::vector<BertLayer<T>> layers_;
+    Precision precision_ = Precision::float32;
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -407,6 +439,7 @@ void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
 template <class T>
 void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
     load_checked(state, prefix, false);
+    if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
 }
 
 template <class T>

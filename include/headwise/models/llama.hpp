@@ -24,6 +24,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../detail/attention_options.hpp"
 #include "../detail/config_file.hpp"
 #include "../detail/in_proj_layout.hpp"
+#include "../detail/precision_check.hpp"
 #include "../detail/shape_checks.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
@@ -35,6 +36,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../layers/rms_norm.hpp"
 #include "../layers/swiglu.hpp"
 #include "../layers/uninitialized.hpp"
+#include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -98,6 +100,19 @@ public:
         self_attn_.with_projection(projection);
         return *this;
     }
+    /// Precision::bf16 (float layers only): the attention's projections and the MLP's three
+    /// Linears run their products in bf16 (bf16 copies of their weights taken here, the float
+    /// parameters kept); the RMSNorms, RoPE, softmax and the residual sums stay float. Throws
+    /// std::invalid_argument for bf16 on a double layer or a value that is no Precision
+    /// enumerator, before any sub-module changes.
+    LlamaDecoderLayer& with_precision(Precision precision) {
+        headwise::detail::check_precision<T>("headwise::models::LlamaDecoderLayer::with_precision",
+                                             precision);
+        self_attn_.with_precision(precision);
+        mlp_.with_precision(precision);
+        return *this;
+    }
+    Precision precision() const noexcept { return self_attn_.precision(); }
 
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit);
@@ -160,8 +175,11 @@ public:
     /// dividing hidden_size or key/value heads not dividing the heads.
     LlamaModel(const LlamaConfig& config, Projection projection, uninitialized_t);
 
-    /// A cache for decode(): room for `capacity` tokens of `batch` sequences in every layer.
-    LlamaCache<T> make_cache(Index batch, Index capacity) const;
+    /// A cache for decode(): room for `capacity` tokens of `batch` sequences in every layer;
+    /// `cache_precision` Precision::bf16 holds the keys and values in bf16 (half the bytes; see
+    /// make_kv_cache), in either precision of the model (float models only).
+    LlamaCache<T> make_cache(Index batch, Index capacity,
+                             Precision cache_precision = Precision::float32) const;
 
     /// input_ids [B, T] of new tokens (after the cache's) -> hidden states [B, T, E];
     /// `padding` [B, T] (true = padding, e.g. a left-padded prompt) or empty. Throws
@@ -183,6 +201,21 @@ public:
         for (LlamaDecoderLayer<T>& l : layers_) l.with_projection(projection);
         return *this;
     }
+    /// Precision::bf16 (LlamaModel<float> only; inference): every layer's attention
+    /// projections and MLP Linears run their products in bf16 (see
+    /// LlamaDecoderLayer::with_precision); the embedding, the norms, RoPE, softmax and the
+    /// residual sums stay float. load_pretrained() in bf16 takes new bf16 copies of what it
+    /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
+    /// bf16 on a LlamaModel<double>, or a value that is no Precision enumerator, before any
+    /// layer changes.
+    LlamaModel& with_precision(Precision precision) {
+        headwise::detail::check_precision<T>("headwise::models::LlamaModel::with_precision",
+                                             precision);
+        for (LlamaDecoderLayer<T>& l : layers_) l.with_precision(precision);
+        precision_ = precision;
+        return *this;
+    }
+    Precision precision() const noexcept { return precision_; }
     const LlamaConfig& config() const noexcept { return config_; }
     std::vector<LlamaDecoderLayer<T>>& layers() noexcept { return layers_; }
     Embedding<T>& embed_tokens() noexcept { return embed_tokens_; }
@@ -214,6 +247,7 @@ private:
     Embedding<T> embed_tokens_;
     std::vector<LlamaDecoderLayer<T>> layers_;
     RMSNorm<T> norm_;
+    Precision precision_ = Precision::float32;
 };
 
 /// transformers' LlamaForCausalLM: a LlamaModel ("model.") and lm_head [V, E] without bias
@@ -241,8 +275,10 @@ public:
     /// embeddings are tied; a tied checkpoint's lm_head.weight, when present, is ignored).
     void load_pretrained(const StateDict<T>& state);
 
-    LlamaCache<T> make_cache(Index batch, Index capacity) const {
-        return model_.make_cache(batch, capacity);
+    /// See LlamaModel::make_cache.
+    LlamaCache<T> make_cache(Index batch, Index capacity,
+                             Precision cache_precision = Precision::float32) const {
+        return model_.make_cache(batch, capacity, cache_precision);
     }
     /// input_ids [B, T] after the cache's tokens -> logits [B, T, V] (see LlamaModel::decode).
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
@@ -256,6 +292,19 @@ public:
         model_.with_projection(projection);
         return *this;
     }
+    /// Precision::bf16 (LlamaForCausalLM<float> only; inference): the model's layers as
+    /// LlamaModel::with_precision, and lm_head's product in bf16 unless the embeddings are tied
+    /// (then the logits multiply by the float embedding matrix). load_pretrained() in bf16
+    /// takes new bf16 copies. Throws std::invalid_argument for bf16 on a double model, or a
+    /// value that is no Precision enumerator, before anything changes.
+    LlamaForCausalLM& with_precision(Precision precision) {
+        headwise::detail::check_precision<T>("headwise::models::LlamaForCausalLM::with_precision",
+                                             precision);
+        model_.with_precision(precision);
+        if (!model_.config().tie_word_embeddings) lm_head_.with_precision(precision);
+        return *this;
+    }
+    Precision precision() const noexcept { return model_.precision(); }
     const LlamaConfig& config() const noexcept { return model_.config(); }
     LlamaModel<T>& model() noexcept { return model_; }
     const LlamaModel<T>& model() const noexcept { return model_; }
@@ -568,14 +617,16 @@ void LlamaModel<T>::load_pretrained(const StateDict<T>& state, const std::string
                name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
     };
     load_values(std::string(kName) + "::load_pretrained", state, prefix, values, ignored);
+    if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
 }
 
 template <class T>
-LlamaCache<T> LlamaModel<T>::make_cache(Index batch, Index capacity) const {
+LlamaCache<T> LlamaModel<T>::make_cache(Index batch, Index capacity,
+                                        Precision cache_precision) const {
     LlamaCache<T> cache;
     cache.layers.reserve(layers_.size());
     for (const LlamaDecoderLayer<T>& l : layers_)
-        cache.layers.push_back(l.self_attn().make_kv_cache(batch, capacity));
+        cache.layers.push_back(l.self_attn().make_kv_cache(batch, capacity, cache_precision));
     return cache;
 }
 
@@ -660,6 +711,7 @@ void LlamaForCausalLM<T>::load_pretrained(const StateDict<T>& state) {
     if (!tied) {
         const Tensor<T>& w = state.at("lm_head.weight");
         std::copy_n(w.data(), w.numel(), lm_head_.weight().data());
+        if (lm_head_.precision() == Precision::bf16) lm_head_.with_precision(Precision::bf16);
     }
 }
 

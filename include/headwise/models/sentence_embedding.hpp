@@ -19,6 +19,7 @@
 #include "../config.hpp"
 #include "../detail/json_file.hpp"
 #include "../error.hpp"
+#include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "../text/wordpiece.hpp"
@@ -83,6 +84,15 @@ public:
     Tensor<T> embed_batch(const text::BertBatch& batch);
 
     const text::BertTokenizer& tokenizer() const noexcept { return tokenizer_; }
+    /// Precision::bf16 (float embedders only; inference): the encoder's products in bf16, as
+    /// BertModel::with_precision; tokenising, pooling and normalising are unchanged. Throws
+    /// std::invalid_argument (naming BertModel::with_precision) for bf16 on a double embedder
+    /// or a value that is no Precision enumerator, changing nothing.
+    SentenceEmbedder& with_precision(Precision precision) {
+        model_.with_precision(precision);
+        return *this;
+    }
+    Precision precision() const noexcept { return model_.precision(); }
     BertModel<T>& model() noexcept { return model_; }
     const SentenceEmbeddingConfig& config() const noexcept { return config_; }
     Index dimension() const noexcept { return model_.config().hidden_size; }
