@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: MIT
+// TransformerEncoderLayer, TransformerDecoderLayer and SwiGLU in Precision::bf16: outputs within
+// 1e-2 relative of float on every golden case of tests/golden/encoder and tests/golden/decoder,
+// every projection; every sub-module switched; the switch back to float; the errors.
+#include <headwise/io/npy.hpp>
+#include <headwise/layers/swiglu.hpp>
+#include <headwise/layers/transformer_decoder_layer.hpp>
+#include <headwise/layers/transformer_encoder_layer.hpp>
+#include <headwise/precision.hpp>
+
+#include <algorithm>   // std::max
+#include <cstdio>      // std::printf
+#include <filesystem>  // std::filesystem::path, std::filesystem::exists
+#include <fstream>     // std::ifstream
+#include <map>         // std::map
+#include <random>      // std::mt19937_64
+#include <stdexcept>   // std::invalid_argument
+#include <string>      // std::string, std::getline
+#include <vector>      // std::vector
+
+#include "support/catch.hpp"
+#include "support/golden.hpp"
+#include "support/instantiations.hpp"
+#include "support/projections.hpp"
+#include "support/relative_error.hpp"
+#include "support/training_golden.hpp"
+
+using namespace headwise;
+using headwise::test::cast;
+using headwise::test::kProjections;
+using headwise::test::relative_error;
+
+namespace {
+
+/// bf16 has 8 significant bits (unit roundoff 2^-8 = 3.9e-3); the accuracy target.
+constexpr double kBf16Tolerance = 1e-2;
+
+std::map<std::string, std::string> read_meta(const std::filesystem::path& file) {
+    std::map<std::string, std::string> meta;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+        const auto eq = line.find('=');
+        if (eq != std::string::npos) meta[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    REQUIRE(!meta.empty());
+    return meta;
+}
+
+StateDict<float> float_dict(const StateDict<double>& d) {
+    StateDict<float> out;
+    for (const auto& entry : d) out.emplace(entry.first, cast<float>(entry.second));
+    return out;
+}
+
+Tensor<bool> mask_if_present(const std::filesystem::path& file) {
+    return std::filesystem::exists(file) ? load_npy<bool>(file.string()) : Tensor<bool>();
+}
+
+/// A golden encoder case (tests/golden/encoder/<name>): the layer loaded from it, its input and
+/// masks.
+struct EncoderCase {
+    TransformerEncoderLayerOptions options;
+    StateDict<float> state;
+    Tensor<float> x;
+    AttentionMasks<float> masks;
+};
+
+EncoderCase load_encoder_case(const std::string& name) {
+    const std::filesystem::path dir = test::golden_dir() / "encoder" / name;
+    const auto meta = read_meta(dir / "meta.txt");
+    EncoderCase c;
+    c.options.d_model = std::stoi(meta.at("d_model"));
+    c.options.nhead = std::stoi(meta.at("nhead"));
+    c.options.dim_feedforward = std::stoi(meta.at("dim_feedforward"));
+    c.options.activation = meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
+    c.options.norm_first = meta.at("norm_first") == "1";
+    c.options.layer_norm_eps = std::stod(meta.at("layer_norm_eps"));
+    c.options.dropout = 0.0;
+    // The parameters are the files named as the gradients of grad/.
+    for (const auto& entry : load_npy_dict<double>((dir / "grad").string()))
+        c.state.emplace(entry.first,
+                        cast<float>(load_npy<double>((dir / (entry.first + ".npy")).string())));
+    c.x = cast<float>(load_npy<double>((dir / "x.npy").string()));
+    c.masks.attn_mask = mask_if_present(dir / "attn_mask.npy");
+    c.masks.key_padding_mask = mask_if_present(dir / "key_padding_mask.npy");
+    return c;
+}
+
+/// A golden decoder case (tests/golden/decoder/<name>, parameters in decoder/params).
+struct DecoderCase {
+    TransformerDecoderLayerOptions options;
+    StateDict<float> state;
+    Tensor<float> tgt, memory;
+    AttentionMasks<float> tgt_masks, memory_masks;
+};
+
+DecoderCase load_decoder_case(const std::string& name) {
+    const std::filesystem::path root = test::golden_dir() / "decoder";
+    const std::filesystem::path dir = root / name;
+    const auto meta = read_meta(dir / "meta.txt");
+    DecoderCase c;
+    c.options.d_model = std::stoi(meta.at("d_model"));
+    c.options.nhead = std::stoi(meta.at("nhead"));
+    c.options.dim_feedforward = std::stoi(meta.at("dim_feedforward"));
+    c.options.activation = meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
+    c.options.norm_first = meta.at("norm_first") == "1";
+    c.options.layer_norm_eps = std::stod(meta.at("layer_norm_eps"));
+    c.options.dropout = 0.0;
+    c.state = float_dict(load_npy_dict<double>((root / "params").string()));
+    c.tgt = cast<float>(load_npy<double>((dir / "tgt.npy").string()));
+    c.memory = cast<float>(load_npy<double>((dir / "memory.npy").string()));
+    c.tgt_masks.key_padding_mask = load_npy<bool>((dir / "tgt_key_padding_mask.npy").string());
+    c.tgt_masks.attn_mask = mask_if_present(dir / "tgt_mask.npy");
+    if (std::filesystem::exists(dir / "tgt_mask_float.npy"))
+        c.tgt_masks.attn_bias =
+            cast<float>(load_npy<double>((dir / "tgt_mask_float.npy").string()));
+    c.memory_masks.key_padding_mask =
+        load_npy<bool>((dir / "memory_key_padding_mask.npy").string());
+    c.memory_masks.attn_mask = mask_if_present(dir / "memory_mask.npy");
+    return c;
+}
+
+void print_summary(const char* what, const std::vector<double>& errors) {
+    std::printf("%s bf16 vs float: median %.3g, max %.3g relative over %zu (case, projection)\n",
+                what, test::median(errors), *std::max_element(errors.begin(), errors.end()),
+                errors.size());
+}
+
+}  // namespace
+
+TEST_CASE("the encoder layer in bf16 is within 1e-2 of float on every golden case",
+          "[encoder][bf16]") {
+    std::vector<double> errors;
+    for (const char* name : {"post_norm_relu", "pre_norm_relu", "post_norm_gelu_masks",
+                             "pre_norm_gelu_masks", "pre_norm_gelu_unbatched"}) {
+        const EncoderCase c = load_encoder_case(name);
+        for (Projection projection : kProjections) {
+            CAPTURE(name, to_string(projection));
+            TransformerEncoderLayerOptions o = c.options;
+            o.projection = projection;
+            TransformerEncoderLayer<float> layer(o, 99);
+            layer.load_state_dict(c.state);
+            layer.eval();
+            const Tensor<float> f32 = layer.forward(c.x, c.masks).output;
+
+            CHECK(&layer.with_precision(Precision::bf16) == &layer);
+            CHECK(layer.precision() == Precision::bf16);
+            CHECK(layer.self_attn().precision() == Precision::bf16);
+            CHECK(layer.linear1().precision() == Precision::bf16);
+            CHECK(layer.linear2().precision() == Precision::bf16);
+            const Tensor<float> bf16 = layer.forward(c.x, c.masks).output;
+            const double err = relative_error(bf16, f32);
+            CHECK(err > 0);  // the products did run in bf16
+            CHECK(err <= kBf16Tolerance);
+            errors.push_back(err);
+
+            layer.with_precision(Precision::float32);
+            CHECK(layer.self_attn().precision() == Precision::float32);
+            CHECK(layer.linear1().precision() == Precision::float32);
+            CHECK(layer.linear2().precision() == Precision::float32);
+            CHECK(relative_error(layer.forward(c.x, c.masks).output, f32) == 0.0);
+        }
+    }
+    print_summary("TransformerEncoderLayer", errors);
+}
+
+TEST_CASE("the decoder layer in bf16 is within 1e-2 of float on every golden case",
+          "[decoder][bf16]") {
+    std::vector<double> errors;
+    for (const char* name : {"post_norm_relu", "pre_norm_gelu"}) {
+        const DecoderCase c = load_decoder_case(name);
+        for (Projection projection : kProjections) {
+            CAPTURE(name, to_string(projection));
+            TransformerDecoderLayerOptions o = c.options;
+            o.projection = projection;
+            TransformerDecoderLayer<float> layer(o, 99);
+            layer.load_state_dict(c.state);
+            layer.eval();
+            const Tensor<float> f32 =
+                layer.forward(c.tgt, c.memory, c.tgt_masks, c.memory_masks).output;
+
+            layer.with_precision(Precision::bf16);
+            CHECK(layer.precision() == Precision::bf16);
+            CHECK(layer.self_attn().precision() == Precision::bf16);
+            CHECK(layer.multihead_attn().precision() == Precision::bf16);
+            CHECK(layer.linear1().precision() == Precision::bf16);
+            CHECK(layer.linear2().precision() == Precision::bf16);
+            const Tensor<float> bf16 =
+                layer.forward(c.tgt, c.memory, c.tgt_masks, c.memory_masks).output;
+            const double err = relative_error(bf16, f32);
+            CHECK(err > 0);
+            CHECK(err <= kBf16Tolerance);
+            errors.push_back(err);
+
+            layer.with_precision(Precision::float32);
+            CHECK(layer.multihead_attn().precision() == Precision::float32);
+            CHECK(relative_error(layer.forward(c.tgt, c.memory, c.tgt_masks, c.memory_masks).output,
+                                 f32) == 0.0);
+        }
+    }
+    print_summary("TransformerDecoderLayer", errors);
+}
+
+TEST_CASE("SwiGLU in bf16 is within 1e-2 of float and switches its three Linears",
+          "[swiglu][bf16]") {
+    std::mt19937_64 rng(5);
+    SwiGLU<float> mlp(48, 128, rng);
+    mlp.eval();
+    const auto x = Tensor<float>::randn({3, 7, 48}, rng);
+    const Tensor<float> f32 = mlp.forward(x).output;
+    mlp.with_precision(Precision::bf16);
+    CHECK(mlp.precision() == Precision::bf16);
+    CHECK(mlp.gate_proj().precision() == Precision::bf16);
+    CHECK(mlp.up_proj().precision() == Precision::bf16);
+    CHECK(mlp.down_proj().precision() == Precision::bf16);
+    const double err = relative_error(mlp.forward(x).output, f32);
+    CHECK(err > 0);
+    CHECK(err <= kBf16Tolerance);
+    mlp.with_precision(Precision::float32);
+    CHECK(relative_error(mlp.forward(x).output, f32) == 0.0);
+}
+
+TEST_CASE("the layers' with_precision refuses double and unknown values, changing nothing",
+          "[encoder][decoder][swiglu][bf16]") {
+    TransformerEncoderLayerOptions eo;
+    eo.d_model = 8;
+    eo.nhead = 2;
+    eo.dim_feedforward = 16;
+    eo.dropout = 0.0;
+    TransformerDecoderLayerOptions dopt;
+    dopt.d_model = 8;
+    dopt.nhead = 2;
+    dopt.dim_feedforward = 16;
+    dopt.dropout = 0.0;
+    const auto bad = static_cast<Precision>(7);
+
+    TransformerEncoderLayer<double> enc_d(eo, 1);
+    CHECK_THROWS_WITH(
+        enc_d.with_precision(Precision::bf16),
+        ContainsSubstring("headwise::TransformerEncoderLayer::with_precision: precision") &&
+            ContainsSubstring("double"));
+    CHECK(enc_d.precision() == Precision::float32);
+    CHECK_NOTHROW(enc_d.with_precision(Precision::float32));
+
+    TransformerEncoderLayer<float> enc(eo, 1);
+    enc.with_precision(Precision::bf16);
+    CHECK_THROWS_WITH(
+        enc.with_precision(bad),
+        ContainsSubstring("headwise::TransformerEncoderLayer::with_precision: precision") &&
+            ContainsSubstring("got 7"));
+    CHECK(enc.precision() == Precision::bf16);  // nothing changed
+    CHECK(enc.self_attn().precision() == Precision::bf16);
+    CHECK(enc.linear1().precision() == Precision::bf16);
+    CHECK(enc.linear2().precision() == Precision::bf16);
+    // bf16 is for inference: training-mode forward and backward refuse it.
+    std::mt19937_64 rng(3);
+    const auto x = Tensor<float>::randn({2, 3, 8}, rng);
+    enc.train();
+    CHECK_THROWS_AS(enc.forward(x), std::invalid_argument);
+    enc.with_precision(Precision::float32);
+    const auto f = enc.forward(x);  // training mode, float: saves for backward
+    enc.with_precision(Precision::bf16);
+    CHECK_THROWS_AS(enc.backward(f, f.output), std::invalid_argument);
+
+    TransformerDecoderLayer<double> dec_d(dopt, 1);
+    CHECK_THROWS_WITH(
+        dec_d.with_precision(Precision::bf16),
+        ContainsSubstring("headwise::TransformerDecoderLayer::with_precision: precision"));
+    CHECK(dec_d.precision() == Precision::float32);
+    TransformerDecoderLayer<float> dec(dopt, 1);
+    CHECK_THROWS_AS(dec.with_precision(bad), std::invalid_argument);
+    CHECK(dec.precision() == Precision::float32);
+    CHECK(dec.self_attn().precision() == Precision::float32);
+    CHECK(dec.multihead_attn().precision() == Precision::float32);
+    dec.with_precision(Precision::bf16);
+    CHECK_THROWS_AS(dec.forward(x, x), std::invalid_argument);  // training mode
+
+    SwiGLU<double> mlp_d(8, 16, rng);
+    CHECK_THROWS_WITH(mlp_d.with_precision(Precision::bf16),
+                      ContainsSubstring("headwise::SwiGLU::with_precision: precision"));
+    CHECK(mlp_d.gate_proj().precision() == Precision::float32);
+    SwiGLU<float> mlp(8, 16, rng);
+    CHECK_THROWS_AS(mlp.with_precision(bad), std::invalid_argument);
+    CHECK(mlp.precision() == Precision::float32);
+}
