@@ -5,6 +5,9 @@
 // Cases (A in float, then bf16, at each shape; run with --benchmark_enable_random_interleaving
 // and repetitions to interleave them):
 //   BM_MhaInference/precision:0|1   forward in eval mode, self-attention, (B, L, E, H), fused
+//   BM_EncoderLayerInference/precision:0|1  TransformerEncoderLayer forward in eval mode,
+//                                   (B, L, E, H), feed-forward width 4 E (MiniLM's), post-norm,
+//                                   GELU
 //   BM_DecodeStep/precision:0|1     decode_into of one token over a cache of `held` tokens; in
 //                                   bf16 both the module and the cache are bf16
 //   BM_LinearForward/precision:0|1  Linear<float>::forward_into, [N, in] -> [N, out], with bias
@@ -20,6 +23,7 @@
 #include <headwise/bf16.hpp>
 #include <headwise/layers/attention/multihead_attention.hpp>
 #include <headwise/layers/linear.hpp>
+#include <headwise/layers/transformer_encoder_layer.hpp>
 #include <headwise/ops/gemm.hpp>
 #include <headwise/ops/gemm_bf16.hpp>
 #include <headwise/precision.hpp>
@@ -57,6 +61,27 @@ void BM_MhaInference(benchmark::State& state) {
     }
     const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E);
     set_flops(state, 2 * b * l * e * (4 * e) + 2 * 2 * b * l * l * e);
+}
+
+void BM_EncoderLayerInference(benchmark::State& state) {
+    const Index B = state.range(0), L = state.range(1), E = state.range(2), H = state.range(3);
+    headwise::TransformerEncoderLayerOptions opt;
+    opt.d_model = E;
+    opt.nhead = H;
+    opt.dim_feedforward = 4 * E;
+    opt.activation = headwise::Activation::gelu;
+    headwise::TransformerEncoderLayer<float> layer(opt, 1);
+    layer.eval();
+    layer.with_precision(precision_of(state, 4));
+    std::mt19937_64 rng(7);
+    const Tensor<float> x = Tensor<float>::randn(Shape{B, L, E}, rng);
+    for (auto _ : state) {
+        auto y = layer.forward(x);
+        benchmark::DoNotOptimize(y.output.data());
+    }
+    const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E);
+    // attention (four projections, two attention products) and the feed-forward (2 x E x 4E)
+    set_flops(state, 2 * b * l * e * (4 * e) + 2 * 2 * b * l * l * e + 2 * b * l * e * (8 * e));
 }
 
 void BM_DecodeStep(benchmark::State& state) {
@@ -128,6 +153,12 @@ BENCHMARK(BM_MhaInference)
     ->ArgNames({"B", "L", "E", "H", "precision"})
     ->Args({8, 128, 512, 8, 0})
     ->Args({8, 128, 512, 8, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_EncoderLayerInference)
+    ->ArgNames({"B", "L", "E", "H", "precision"})
+    ->Args({32, 128, 384, 12, 0})
+    ->Args({32, 128, 384, 12, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeStep)
