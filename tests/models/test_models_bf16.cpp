@@ -104,7 +104,8 @@ Tensor<float> decode_by_token(LlamaForCausalLM<float>& model, const Tensor<std::
 
 }  // namespace
 
-TEST_CASE("Llama in bf16 is within 1e-2 of float, every layer switched", "[models][llama][bf16]") {
+TEST_CASE("Llama logits in bf16 are within 2e-2 of float, every layer switched",
+          "[models][llama][bf16]") {
     Tensor<std::int64_t> ids;
     Tensor<bool> padding;
     padded_batch(ids, padding);
@@ -141,7 +142,7 @@ TEST_CASE("Llama in bf16 is within 1e-2 of float, every layer switched", "[model
                 errors.size());
 }
 
-TEST_CASE("Llama decode in bf16 gives bf16's forward; a bf16 KV cache is within 1e-2",
+TEST_CASE("Llama decode in bf16 gives bf16's forward, and with a bf16 KV cache is within 1e-2",
           "[models][llama][bf16]") {
     Tensor<std::int64_t> ids;
     Tensor<bool> padding;
