@@ -59,6 +59,19 @@ struct SortModel : headwise::Module<SortModel, T> {
         for (auto& layer : layers) layer.with_projection(p);
     }
 
+    /// Precision::bf16: mixed-precision training (and inference) of every product with weights,
+    /// the attention's projections, the feed-forward and the head, in bf16 with float master
+    /// weights, gradients and optimiser state; embeddings, normalisation, softmax, attention
+    /// products and the loss stay float.
+    void set_precision(headwise::Precision p) {
+        for (auto& layer : layers) {
+            layer.self_attn().with_precision(p);
+            layer.linear1().with_precision(p);
+            layer.linear2().with_precision(p);
+        }
+        head.with_precision(p);
+    }
+
     /// Logits [B L, digits] for tokens [B, L], recorded on `tape`: the whole model code
     /// training needs, since tape.backward() runs each layer's own backward in reverse.
     headwise::autograd::Var<T> forward(headwise::autograd::Tape<T>& tape,

@@ -19,6 +19,10 @@
 //                       CosineAnnealingLR); without it, the same shape written out in the loop
 //   --curve FILE        one run (fused); each step's loss to FILE ("step loss", 10 digits, which
 //                       tell floats apart): runs on 1 and 2 threads must write the same file
+//   --precision bf16    (or --bf16) mixed-precision training: the products with weights in bf16,
+//                       float master weights, gradients and optimiser state. Alone: a float run,
+//                       then the same run (same seeds) in bf16, their steps to 99% and loss
+//                       curves; with the one-run flags above: that run in bf16.
 // e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
 // `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
 // bit for bit those of one uninterrupted run.
@@ -73,6 +77,7 @@ struct Resumable {
     double dropout = 0.0;
     int warmup = 0;
     std::FILE* curve = nullptr;  // --curve: every step's loss, written exactly
+    headwise::Precision precision = headwise::Precision::float32;  // --precision
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
@@ -90,6 +95,7 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
     o.projection = projection;
     headwise::Generator init_rng(1), data_rng(2);
     SortModel model(o, /*num_layers=*/2, init_rng);
+    model.set_precision(r.precision);
 
     headwise::AdamOptions ao;
     ao.lr = 2e-3;
@@ -174,6 +180,45 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
     return run;
 }
 
+/// --precision bf16 alone: the float run, then the same run (same seeds, same batches) in bf16;
+/// their steps to 99% held-out accuracy and mean losses side by side. A full run passes when
+/// both reach 99% and bf16 takes at most 1.2x float's steps; a short one when bf16's loss falls.
+int compare_bf16(int max_steps, bool full, const Batch& held_out,
+                 const std::set<std::int64_t>& held_out_codes, Resumable schedule) {
+    const int every = full ? 100 : max_steps;
+    schedule.precision = headwise::Precision::float32;
+    const Run f32 = train(headwise::Projection::fused, max_steps, max_steps, 0.99, every, true,
+                          held_out, held_out_codes, schedule);
+    std::printf("float32: %d steps, held-out sequence accuracy %.4f, %.1f s\n", f32.steps,
+                f32.accuracy, f32.seconds);
+    schedule.precision = headwise::Precision::bf16;
+    const Run bf16 = train(headwise::Projection::fused, max_steps, max_steps, 0.99, every, true,
+                           held_out, held_out_codes, schedule);
+    std::printf("bf16:    %d steps, held-out sequence accuracy %.4f, %.1f s\n", bf16.steps,
+                bf16.accuracy, bf16.seconds);
+    const int common = std::min(f32.steps, bf16.steps);
+    const int window = full ? 100 : std::max(1, max_steps / 4);
+    std::printf("mean loss per %d steps:   float32   bf16\n", window);
+    for (int s0 = 0; s0 + window <= common; s0 += window) {
+        double a = 0.0, b = 0.0;
+        for (int s = s0; s < s0 + window; ++s) {
+            a += f32.losses[s] / window;
+            b += bf16.losses[s] / window;
+        }
+        std::printf("  steps %5d-%-5d      %.5f   %.5f\n", s0 + 1, s0 + window, a, b);
+    }
+    bool finite = true;
+    for (double loss : bf16.losses) finite = finite && std::isfinite(loss);
+    const bool ok = finite && (full ? f32.accuracy >= 0.99 && bf16.accuracy >= 0.99 &&
+                                          bf16.steps <= 1.2 * f32.steps
+                                    : bf16.losses.back() < bf16.losses.front());
+    if (full)
+        std::printf("bf16 / float32 steps to 99%%: %.2f (target <= 1.2)\n",
+                    static_cast<double>(bf16.steps) / f32.steps);
+    std::printf("%s\n", ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,13 +241,23 @@ int main(int argc, char** argv) {
             r.warmup = std::atoi(argv[++i]);
         } else if (has_value && std::strcmp(argv[i], "--curve") == 0) {
             curve_path = argv[++i];
+        } else if (has_value && std::strcmp(argv[i], "--precision") == 0 &&
+                   (std::strcmp(argv[i + 1], "bf16") == 0 ||
+                    std::strcmp(argv[i + 1], "float32") == 0)) {
+            r.precision = std::strcmp(argv[++i], "bf16") == 0 ? headwise::Precision::bf16
+                                                              : headwise::Precision::float32;
+        } else if (std::strcmp(argv[i], "--bf16") == 0) {
+            r.precision = headwise::Precision::bf16;
         } else {
             std::fprintf(stderr,
                          "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
-                         "[--stop-after K] [--dropout P] [--warmup N] [--curve FILE]\n"
+                         "[--stop-after K] [--dropout P] [--warmup N] [--curve FILE] "
+                         "[--precision float32|bf16]\n"
                          "  --warmup N: linear warm-up over N steps, then cosine decay to a tenth "
                          "of the rate (LRScheduler)\n"
-                         "  --curve FILE: one run; each step's loss to FILE, exactly\n");
+                         "  --curve FILE: one run; each step's loss to FILE, exactly\n"
+                         "  --precision bf16 (--bf16): mixed-precision training; alone, compared "
+                         "with float\n");
             return 2;
         }
     }
@@ -254,6 +309,8 @@ int main(int argc, char** argv) {
     }
     Resumable schedule;  // no checkpoints; the warm-up, if any
     schedule.warmup = r.warmup;
+    if (r.precision == headwise::Precision::bf16)
+        return compare_bf16(max_steps, full, held_out, held_out_codes, schedule);
     const Run fused = train(headwise::Projection::fused, max_steps, max_steps, 0.99,
                             full ? 100 : max_steps, true, held_out, held_out_codes, schedule);
     std::printf("fused: %d steps, held-out sequence accuracy %.4f, %.1f s\n", fused.steps,

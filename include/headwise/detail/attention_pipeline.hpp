@@ -50,9 +50,10 @@ struct AttentionParameters {
     P* bias_k = nullptr;     // [Hkv D], null without add_bias_kv
     P* bias_v = nullptr;     // [Hkv D]
     bool zero_attn = false;  // the zero key and value come last
-    // Precision::bf16 (float modules, inference): w_in and w_out as bf16 copies, which steps 1
-    // and 4 multiply by instead, in buffers of the call's own (so that decodes of different
-    // caches through one module may run at once). Null in float.
+    // Precision::bf16 (float modules): w_in and w_out as bf16 copies, which steps 1 and 4 and
+    // their backwards multiply by instead, in buffers of the call's own (so that decodes of
+    // different caches through one module may run at once). Null in float. The attention
+    // products (step 3), softmax and the extra keys stay float.
     const BFloat16* w_in_bf16 = nullptr;   // [E + 2 Hkv D, ...], as w_in
     const BFloat16* w_out_bf16 = nullptr;  // [E, E]
 
@@ -107,10 +108,37 @@ void project_backward(const AttentionParameters<const T>& params,
     auto into = [&](int input) { return which.combined ? static_cast<int>(kQuery) : input; };
     for (int i : {kQuery, kKey, kValue})
         if (which.asked[i] && into(i) == i) dx[i] = Tensor<T>(x[i].shape());
+    // bf16 (mixed-precision training): dY, X and the weight enter the products in bf16, rounded
+    // once per GEMM; the products accumulate in float into the float gradients.
+    [[maybe_unused]] ops::Bf16BackwardWorkspace bf16;
     for (const ProjectionGemm& gm : dy.plan().gemms) {
         const StridedMatrixMap<T> dY = dy.y(gm);  // [B N, w_rows]
-        ops::linear_backward_weight<T>(dY, x[gm.input].matrix(), grads.in_weight(gm));
+        [[maybe_unused]] ops::ConstBf16Matrix dY16, W16;
+        bool in_bf16 = false;
+        if constexpr (std::is_same_v<T, float>) {
+            if (params.w_in_bf16) {
+                in_bf16 = true;
+                dY16 = ops::rounded_to_bf16(dY, bf16.dy);
+                W16 = ops::ConstBf16Matrix(params.w_in_bf16 + gm.w_offset, gm.w_rows, gm.in);
+                ops::linear_backward_weight_bf16(dY16,
+                                                 ops::rounded_to_bf16(x[gm.input].matrix(), bf16.x),
+                                                 grads.in_weight(gm), bf16.gemm);
+            }
+        }
+        if (!in_bf16) ops::linear_backward_weight<T>(dY, x[gm.input].matrix(), grads.in_weight(gm));
         if (grads.b_in) ops::linear_backward_bias<T>(dY, grads.b_in + gm.b_offset);
+        // dX_i += dY[:, row0 .. row0 + rows) W[row0 .. row0 + rows, :]
+        const auto input_gradient = [&](Index row0, Index rows, MatrixRef<T> dX) {
+            if constexpr (std::is_same_v<T, float>) {
+                if (in_bf16) {
+                    ops::linear_backward_input_bf16(dY16.middle_cols(row0, rows),
+                                                    W16.middle_rows(row0, rows), dX, bf16.gemm);
+                    return;
+                }
+            }
+            ops::linear_backward_input<T>(dY.middleCols(row0, rows),
+                                          params.in_weight(gm).middleRows(row0, rows), dX);
+        };
         for (std::size_t s = 0; s < gm.segments.size();) {
             const Segment& first = gm.segments[s];
             Index rows = first.rows;
@@ -120,9 +148,7 @@ void project_backward(const AttentionParameters<const T>& params,
                    gm.segments[next].row0 == first.row0 + rows)
                 rows += gm.segments[next++].rows;
             if (rows > 0 && which.asked[first.input])
-                ops::linear_backward_input<T>(dY.middleCols(first.row0, rows),
-                                              params.in_weight(gm).middleRows(first.row0, rows),
-                                              dx[into(first.input)].matrix());
+                input_gradient(first.row0, rows, dx[into(first.input)].matrix());
             s = next;
         }
     }
@@ -496,11 +522,25 @@ void project_out(const AttentionParameters<const T>& params, ConstMatrixRef<T> c
     ops::linear_forward<T>(ctx, params.out_weight(), params.b_out, out);
 }
 
-/// Backward of project_out: dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout.
+/// Backward of project_out: dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout (in bf16:
+/// dout, W_o and ctx rounded for the products, float accumulation and gradients).
 template <class T>
 void project_out_backward(const AttentionParameters<const T>& params,
                           const AttentionParameters<T>& grads, ConstMatrixRef<T> ctx,
                           ConstMatrixRef<T> dout, MatrixRef<T> dctx) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (params.w_out_bf16) {  // mixed precision: bf16(dout), bf16(W_o), bf16(ctx)
+            const Index E = params.layout.E;
+            ops::Bf16BackwardWorkspace workspace;  // the call's own
+            const ops::ConstBf16Matrix dout16 = ops::rounded_to_bf16(dout, workspace.dy);
+            ops::linear_backward_input_bf16(dout16, ops::ConstBf16Matrix(params.w_out_bf16, E, E),
+                                            dctx, workspace.gemm);
+            ops::linear_backward_weight_bf16(dout16, ops::rounded_to_bf16(ctx, workspace.x),
+                                             grads.out_weight(), workspace.gemm);
+            if (grads.b_out) ops::linear_backward_bias<T>(dout, grads.b_out);
+            return;
+        }
+    }
     ops::linear_backward<T>(ctx, params.out_weight(), dout, dctx, grads.out_weight(), grads.b_out);
 }
 

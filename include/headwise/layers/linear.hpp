@@ -4,7 +4,6 @@
 
 #include <cmath>        // std::sqrt
 #include <cstddef>      // std::size_t
-#include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::conditional_t, std::is_const_v, std::is_same_v
 #include <utility>      // std::move, std::pair
@@ -30,7 +29,8 @@ namespace headwise {
 /// Stateless between calls: backward takes the forward's input again, so any number of forwards
 /// may precede their backwards. Gradients accumulate until zero_grad(). Follows the module
 /// contract (layers/module.hpp): parameters "weight" and "bias" (if any) under torch's names;
-/// training and evaluation mode compute the same.
+/// in float, training and evaluation mode compute the same (in bf16 they differ only in which
+/// bf16 weight the product reads: see with_precision).
 template <class T>
 class Linear : public Module<Linear<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -62,14 +62,19 @@ public:
     /// branch's gradient sum into it).
     void backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
 
-    /// Precision::bf16 (Linear<float> only; inference): takes a bf16 copy of the weight, here;
-    /// forward then rounds its input to bf16, multiplies by the copy with float accumulation and
-    /// adds the float bias. The float weight, bias and gradients stay as they are (parameters(),
-    /// state_dict(), optimisers built on them keep working), so the copy adds half the weight's
-    /// bytes (memory_bytes()); after changing the weight, call with_precision(Precision::bf16)
-    /// again to take a new copy. backward throws std::invalid_argument in bf16.
-    /// Precision::float32 drops the copy. Throws std::invalid_argument for bf16 on
-    /// Linear<double>, or a value that is no Precision enumerator.
+    /// Precision::bf16 (Linear<float> only): the products in bf16 with float accumulation, the
+    /// bias and the outputs float. with_precision takes a bf16 copy of the weight, here.
+    /// In evaluation mode forward rounds its input to bf16 and multiplies by that copy (after
+    /// changing the weight, call with_precision(Precision::bf16) again to take a new one).
+    /// In training mode it is mixed-precision training as PyTorch's autocast on CPU: the float
+    /// weight is the master weight (optimisers update it as in float); forward rounds the
+    /// CURRENT float weight to bf16 on each call, so the copy is never stale there, and backward
+    /// computes dx = bf16(dy) bf16(W) and adds bf16(dy)^T bf16(x) to grad_weight() and sum(dy)
+    /// to grad_bias(), products accumulated in float, gradients float (ops::linear_backward_bf16).
+    /// The float weight, bias and gradients stay as they are (parameters(), state_dict(),
+    /// optimisers built on them keep working), so the copy adds half the weight's bytes
+    /// (memory_bytes()). Precision::float32 drops the copy. Throws std::invalid_argument for
+    /// bf16 on Linear<double>, or a value that is no Precision enumerator.
     Linear& with_precision(Precision precision);
     Precision precision() const noexcept { return precision_; }
     /// Bytes of the parameters as stored: the weight, its bf16 copy in Precision::bf16 (2 bytes
@@ -238,12 +243,17 @@ template <class T>
 void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const {
     if constexpr (std::is_same_v<T, float>) {
         if (precision_ == Precision::bf16) {
-            // Products in bf16 with float accumulation; the workspace is the call's own, so
-            // const forwards may run at the same time.
+            // Products in bf16 with float accumulation; the buffers are the call's own, so
+            // const forwards may run at the same time. Training: the current float weight,
+            // rounded here (an optimiser changes it every step); evaluation: the copy.
             ops::Bf16LinearWorkspace workspace;
-            ops::linear_forward_bf16(
-                x.matrix(), ops::ConstBf16Matrix(weight_bf16_.data(), out_features_, in_features_),
-                has_bias_ ? bias_.data() : nullptr, y.matrix(), workspace);
+            std::vector<BFloat16> current;
+            const ops::ConstBf16Matrix w =
+                this->is_training()
+                    ? ops::rounded_to_bf16(weight_.matrix(), current)
+                    : ops::ConstBf16Matrix(weight_bf16_.data(), out_features_, in_features_);
+            ops::linear_forward_bf16(x.matrix(), w, has_bias_ ? bias_.data() : nullptr, y.matrix(),
+                                     workspace);
             return;
         }
     }
@@ -275,11 +285,16 @@ template <class T>
 void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy,
                                    TensorView<T> dx) {
     // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
-    if (precision_ == Precision::bf16)
-        throw std::invalid_argument(
-            "headwise::Linear::backward: the layer runs in Precision::bf16, which is for "
-            "inference only; call with_precision(Precision::float32) before training it");
     grads();
+    if constexpr (std::is_same_v<T, float>) {
+        if (precision_ == Precision::bf16) {  // mixed precision: bf16 products, float gradients
+            ops::Bf16BackwardWorkspace workspace;
+            ops::linear_backward_bf16(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
+                                      grad_weight_.matrix(),
+                                      has_bias_ ? grad_bias_.data() : nullptr, workspace);
+            return;
+        }
+    }
     ops::linear_backward<T>(x.matrix(), weight_.matrix(), dy.matrix(), dx.matrix(),
                             grad_weight_.matrix(), has_bias_ ? grad_bias_.data() : nullptr);
 }

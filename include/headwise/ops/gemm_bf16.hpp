@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The bfloat16 matrix product C = alpha op(A) op(B) + beta C: bf16 operands, float accumulation
-// and float output, and linear_forward_bf16 built on it.
+// and float output, and linear_forward_bf16 / linear_backward_bf16 built on it.
 // ops/: stateless kernels that write into buffers the caller provides (nothing allocated per
 // call); tensor_ops/ holds the functions that return new tensors.
 #pragma once
@@ -18,6 +18,7 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "gemm.hpp"
+#include "linear.hpp"
 
 // Backend. With HEADWISE_USE_DNNL defined non-zero (CMake: HEADWISE_BF16, which also links
 // oneDNN), a product goes to oneDNN's bf16 matmul when this CPU has one (AVX512_BF16 or AMX
@@ -54,6 +55,10 @@ struct ConstBf16Matrix {
     ConstBf16Matrix middle_rows(Index first, Index count) const {
         return ConstBf16Matrix(data + first * stride, count, cols, stride);
     }
+    /// Columns [first, first + count), rows still `stride` apart.
+    ConstBf16Matrix middle_cols(Index first, Index count) const {
+        return ConstBf16Matrix(data + first, rows, count, stride);
+    }
 };
 
 /// Floats of workspace gemm_bf16 needs for operands A [a_rows, a_cols] and B [b_rows, b_cols]
@@ -84,6 +89,36 @@ struct Bf16LinearWorkspace {
 /// float: linear_forward with the products in bf16. X is rounded to bf16 first.
 void linear_forward_bf16(ConstMatrixRef<float> X, ConstBf16Matrix W, const float* b,
                          MatrixRef<float> Y, Bf16LinearWorkspace& workspace);
+
+/// X [rows, cols] (any row stride) rounded to bf16 (nearest even) into `dst`, resized to
+/// rows x cols and contiguous; returns it as a matrix.
+ConstBf16Matrix rounded_to_bf16(ConstMatrixRef<float> X, std::vector<BFloat16>& dst);
+
+/// dX[N, in] += dY[N, out] W[out, in] with bf16 dY and W, float accumulation and dX.
+/// `workspace` is resized as gemm_bf16 needs.
+void linear_backward_input_bf16(ConstBf16Matrix dY, ConstBf16Matrix W, MatrixRef<float> dX,
+                                std::vector<float>& workspace);
+
+/// dW[out, in] += dY[N, out]^T X[N, in] with bf16 dY and X, float accumulation and dW.
+void linear_backward_weight_bf16(ConstBf16Matrix dY, ConstBf16Matrix X, MatrixRef<float> dW,
+                                 std::vector<float>& workspace);
+
+/// Buffers linear_backward_bf16 reuses from call to call. Grows only.
+struct Bf16BackwardWorkspace {
+    std::vector<BFloat16> dy;  // [N, out]
+    std::vector<BFloat16> x;   // [N, in]
+    std::vector<BFloat16> w;   // [out, in]
+    std::vector<float> gemm;   // the products' widened operands
+};
+
+/// The gradients of linear_forward_bf16 as mixed-precision training computes them (PyTorch's
+/// autocast on CPU): dY, X and W rounded to bf16 for the products, which accumulate in float;
+/// dX += bf16(dY) bf16(W), dW += bf16(dY)^T bf16(X), and db += sum_n dY in float unless db is
+/// nullptr. X [N, in], W [out, in] (the float master weight), dY [N, out]; every shape checked
+/// before any gradient is touched, as linear_backward's.
+void linear_backward_bf16(ConstMatrixRef<float> X, ConstMatrixRef<float> W,
+                          ConstMatrixRef<float> dY, MatrixRef<float> dX, MatrixRef<float> dW,
+                          float* db, Bf16BackwardWorkspace& workspace);
 
 }  // namespace headwise::ops
 
@@ -254,6 +289,51 @@ inline void linear_forward_bf16(ConstMatrixRef<float> X, ConstBf16Matrix W, cons
     }
     gemm_bf16(1.0f, ConstBf16Matrix(workspace.x.data(), N, in), Op::none, W, Op::transpose, beta, Y,
               workspace.gemm.data());
+}
+
+inline ConstBf16Matrix rounded_to_bf16(ConstMatrixRef<float> X, std::vector<BFloat16>& dst) {
+    const Index rows = X.rows(), cols = X.cols();
+    dst.resize(static_cast<std::size_t>(rows * cols));
+    detail::parallel_blocks(rows,
+                            std::max<Index>(1, detail::kParallelGrain / std::max<Index>(cols, 1)),
+                            [&](Index first, Index count) {
+                                for (Index r = first; r < first + count; ++r)
+                                    to_bf16(X.row(r).data(), dst.data() + r * cols, cols);
+                            });
+    return ConstBf16Matrix(dst.data(), rows, cols);
+}
+
+inline void linear_backward_input_bf16(ConstBf16Matrix dY, ConstBf16Matrix W, MatrixRef<float> dX,
+                                       std::vector<float>& workspace) {
+    // Y = X W^T  =>  dX = dY W
+    workspace.resize(
+        static_cast<std::size_t>(gemm_bf16_workspace(dY.rows, dY.cols, W.rows, W.cols)));
+    gemm_bf16(1.0f, dY, Op::none, W, Op::none, 1.0f, dX, workspace.data());
+}
+
+inline void linear_backward_weight_bf16(ConstBf16Matrix dY, ConstBf16Matrix X, MatrixRef<float> dW,
+                                        std::vector<float>& workspace) {
+    // Y = X W^T  =>  dW = dY^T X (a sum over the N rows)
+    workspace.resize(
+        static_cast<std::size_t>(gemm_bf16_workspace(dY.rows, dY.cols, X.rows, X.cols)));
+    gemm_bf16(1.0f, dY, Op::transpose, X, Op::none, 1.0f, dW, workspace.data());
+}
+
+inline void linear_backward_bf16(ConstMatrixRef<float> X, ConstMatrixRef<float> W,
+                                 ConstMatrixRef<float> dY, MatrixRef<float> dX, MatrixRef<float> dW,
+                                 float* db, Bf16BackwardWorkspace& workspace) {
+    constexpr const char* fn = "headwise::ops::linear_backward_bf16";
+    // X [N, in], W [out, in], dY [N, out], dX [N, in], dW [out, in], db [out]
+    const Index N = X.rows(), in = X.cols(), out = W.rows();
+    detail::check_shape(fn, "W", Shape{W.rows(), W.cols()}, Shape{out, in});
+    detail::check_shape(fn, "dY", Shape{dY.rows(), dY.cols()}, Shape{N, out});
+    detail::check_shape(fn, "dX", Shape{dX.rows(), dX.cols()}, Shape{N, in});
+    detail::check_shape(fn, "dW", Shape{dW.rows(), dW.cols()}, Shape{out, in});
+    const ConstBf16Matrix dY16 = rounded_to_bf16(dY, workspace.dy);  // [N, out]
+    linear_backward_input_bf16(dY16, rounded_to_bf16(W, workspace.w), dX, workspace.gemm);
+    linear_backward_weight_bf16(dY16, rounded_to_bf16(X, workspace.x), dW, workspace.gemm);
+    // db = sum_n dY[n, :], in float from the float dY (autocast keeps the bias's gradient float).
+    if (db != nullptr) linear_backward_bias<float>(dY, db);
 }
 
 }  // namespace headwise::ops

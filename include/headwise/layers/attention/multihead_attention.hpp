@@ -114,17 +114,22 @@ public:
     }
     Projection projection() const noexcept { return options_.projection; }
 
-    /// Precision::bf16 (MultiheadAttention<float> only; inference): the in- and out-projection
-    /// weights converted to bf16 once, here, and the projections of forward and decode
-    /// multiplied in bf16 with float accumulation (inputs rounded to bf16); biases, scores,
-    /// softmax, the attention products and outputs stay float. The float parameters are kept
-    /// (parameters(), state_dict() and head() read them as before), so after changing them call
-    /// with_precision(Precision::bf16) again to convert them anew. forward in training mode and
-    /// backward throw std::invalid_argument in bf16 (before anything changes). The projections'
-    /// buffers are each call's own, so that one bf16 module may decode several caches at once,
-    /// as in float. Precision::float32 drops the bf16 copies and returns to
-    /// the float path. Throws std::invalid_argument for bf16 on MultiheadAttention<double> or a
-    /// value that is no Precision enumerator.
+    /// Precision::bf16 (MultiheadAttention<float> only): the in- and out-projections multiplied
+    /// in bf16 with float accumulation (inputs and weights rounded to bf16); biases, scores,
+    /// softmax, the attention products (Q K^T, P V), dropout and outputs stay float. The float
+    /// parameters are kept (parameters(), state_dict(), head() and optimisers built on them
+    /// work as before). Evaluation (forward, decode): the weights' bf16 copies taken here; after
+    /// changing the weights in evaluation mode, call with_precision(Precision::bf16) again.
+    /// Training: mixed precision as PyTorch's autocast on CPU; the float weights are the master
+    /// weights, each training forward rounds their current values to bf16 anew (and the first
+    /// evaluation call after training does too), and backward computes the projections'
+    /// gradients from bf16 operands (dY, the weight and the saved float input, rounded), the
+    /// products accumulated in float and added to the float gradients; bias gradients and the
+    /// attention step's backward are float. The projections' buffers are each call's own, so
+    /// that one bf16 module may decode several caches at once, as in float.
+    /// Precision::float32 drops the bf16 copies and returns to the float path. Throws
+    /// std::invalid_argument for bf16 on MultiheadAttention<double> or a value that is no
+    /// Precision enumerator.
     MultiheadAttention& with_precision(Precision precision);
     Precision precision() const noexcept { return precision_; }
     /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
@@ -226,8 +231,14 @@ private:
     Generator rng_;
     Tensor<T> w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_;
     Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
+    /// w_in_, w_out_ rounded to bf16 into their copies.
+    void round_weights();
+
     Precision precision_ = Precision::float32;
     std::vector<BFloat16> w_in_bf16_, w_out_bf16_;  // bf16 copies of w_in_, w_out_ in bf16
+    // A training forward ran since the copies were taken: an optimiser may have changed the
+    // weights, so the next evaluation call rounds them anew.
+    bool bf16_stale_ = false;
     // Buffers reused by every call: an eval-mode forward's activations, backward's gradients of
     // them, and the spare training activations a finished call hands back. Hence one module must
     // not run two calls at the same time; copies of it may (a copy starts with buffers of its own).
@@ -294,12 +305,20 @@ MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision
                                "Precision::bf16 (bf16 is for float modules)");
     } else {
         w_in_bf16_.resize(static_cast<std::size_t>(w_in_.numel()));
-        to_bf16(w_in_.data(), w_in_bf16_.data(), w_in_.numel());
         w_out_bf16_.resize(static_cast<std::size_t>(w_out_.numel()));
-        to_bf16(w_out_.data(), w_out_bf16_.data(), w_out_.numel());
+        round_weights();
     }
     precision_ = precision;
+    bf16_stale_ = false;
     return *this;
+}
+
+template <class T>
+void MultiheadAttention<T>::round_weights() {
+    if constexpr (std::is_same_v<T, float>) {
+        to_bf16(w_in_.data(), w_in_bf16_.data(), w_in_.numel());
+        to_bf16(w_out_.data(), w_out_bf16_.data(), w_out_.numel());
+    }
 }
 
 template <class T>
@@ -369,11 +388,10 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> value,
                                                    const AttentionMasks<T>& masks) {
     detail::AttentionCall<T> call = check_forward(query, key, value, masks);  // throws first
-    if (this->training_ && precision_ == Precision::bf16)
-        throw std::invalid_argument(
-            "headwise::MultiheadAttention::forward: the module runs in Precision::bf16, which is "
-            "for inference only: call eval() first, or with_precision(Precision::float32) to "
-            "train it");
+    if (precision_ == Precision::bf16 && (this->training_ || bf16_stale_)) {
+        round_weights();  // the master weights as they are now
+        bf16_stale_ = this->training_;
+    }
     if (this->training_ && options_.dropout > 0.0)
         call.dropout = ops::Dropout{options_.dropout, rng_()};
 
@@ -414,11 +432,6 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: holds nothing to differentiate (forward ran in eval "
                                     "mode); call train() before forward");
-    if (precision_ == Precision::bf16)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": the module runs in Precision::bf16, which is for "
-                                    "inference only; call with_precision(Precision::float32) "
-                                    "before training it");
     detail::ForwardActivations<T>& acts = *fwd.saved->activations;
     check_same_options(acts);  // first: a forward of another module has other shapes too
     detail::check_shape(fn, "grad_output", grad_output.shape(), acts.shape_of[kQuery]);
@@ -524,6 +537,10 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
                                         TensorView<T> out, TensorView<const bool> key_padding) {
     // Everything, before anything changes.
     detail::check_decode_arguments(layout_, this->training_, x_new, cache, out, key_padding);
+    if (precision_ == Precision::bf16 && bf16_stale_) {  // trained since the copies were taken
+        round_weights();
+        bf16_stale_ = false;
+    }
     const Index B = cache.batch(), Tn = x_new.size(-2), E = layout_.E;
     const detail::AttentionCall<T> call = detail::describe_call<T>(
         options_, B, Tn, cache.size() + Tn, false, detail::CallKind::decode);
