@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Precision::bf16 beside float: MultiheadAttention inference and Linear::forward, and the bf16
-// product itself (ops::gemm_bf16) beside ops::gemm<float>, at the same shapes.
+// Precision::bf16 beside float: MultiheadAttention inference and training step, encoder layer
+// inference, Linear::forward, and the bf16 product itself (ops::gemm_bf16) beside
+// ops::gemm<float>, at the same shapes.
 //
 // Cases (A in float, then bf16, at each shape; run with --benchmark_enable_random_interleaving
 // and repetitions to interleave them):
@@ -8,6 +9,9 @@
 //   BM_EncoderLayerInference/precision:0|1  TransformerEncoderLayer forward in eval mode,
 //                                   (B, L, E, H), feed-forward width 4 E (MiniLM's), post-norm,
 //                                   GELU
+//   BM_MhaTrainStep/precision:0|1   forward in training mode and backward (every input gradient
+//                                   combined, parameter gradients added), self-attention, fused;
+//                                   bf16 is mixed precision (float master weights and gradients)
 //   BM_DecodeStep/precision:0|1     decode_into of one token over a cache of `held` tokens; in
 //                                   bf16 both the module and the cache are bf16
 //   BM_LinearForward/precision:0|1  Linear<float>::forward_into, [N, in] -> [N, out], with bias
@@ -82,6 +86,28 @@ void BM_EncoderLayerInference(benchmark::State& state) {
     const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E);
     // attention (four projections, two attention products) and the feed-forward (2 x E x 4E)
     set_flops(state, 2 * b * l * e * (4 * e) + 2 * 2 * b * l * l * e + 2 * b * l * e * (8 * e));
+}
+
+void BM_MhaTrainStep(benchmark::State& state) {
+    const Index B = state.range(0), L = state.range(1), E = state.range(2), H = state.range(3);
+    headwise::MultiheadAttentionOptions opt;
+    opt.embed_dim = E;
+    opt.num_heads = H;
+    headwise::MultiheadAttention<float> mha(opt, 1);
+    mha.with_precision(precision_of(state, 4));
+    std::mt19937_64 rng(7);
+    const Tensor<float> x = Tensor<float>::randn(Shape{B, L, E}, rng);
+    const Tensor<float> dy = Tensor<float>::randn(Shape{B, L, E}, rng);
+    headwise::AttentionBackwardOptions bo;
+    bo.combine_self = true;
+    for (auto _ : state) {
+        auto fwd = mha.forward(x, x, x);
+        auto g = mha.backward(fwd, dy, bo);
+        benchmark::DoNotOptimize(g.input.data());
+    }
+    // forward's four products, and twice as many in backward
+    const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E);
+    set_flops(state, 3 * (2 * b * l * e * (4 * e) + 2 * 2 * b * l * l * e));
 }
 
 void BM_DecodeStep(benchmark::State& state) {
@@ -159,6 +185,12 @@ BENCHMARK(BM_EncoderLayerInference)
     ->ArgNames({"B", "L", "E", "H", "precision"})
     ->Args({32, 128, 384, 12, 0})
     ->Args({32, 128, 384, 12, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_MhaTrainStep)
+    ->ArgNames({"B", "L", "E", "H", "precision"})
+    ->Args({8, 128, 512, 8, 0})
+    ->Args({8, 128, 512, 8, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeStep)

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
-// Precision: the number format a module stores its weights in and multiplies in, for inference.
+// Precision: the number format a module multiplies in (inference and mixed-precision training).
 #pragma once
 
 namespace headwise {
 
-/// How a float module runs its inference products. float32: everything in float (the default,
-/// and what training uses). bf16: weights stored in bfloat16 (converted once, half the bytes),
-/// activations rounded to bfloat16 at the products' inputs, products accumulated in float,
-/// softmax, normalisation and outputs in float; about 3 significant decimal digits, so outputs
-/// agree with float to about 1e-2 relative. See docs/precision.md.
+/// How a float module runs its products with weights. float32: everything in float (the
+/// default). bf16: weights copied to bfloat16 (converted once for inference; in training mode
+/// the float master weights rounded anew each forward), activations and gradients rounded to
+/// bfloat16 at the products' inputs, products accumulated in float; softmax, normalisation,
+/// outputs, gradients and optimiser state in float (mixed-precision training as PyTorch's
+/// autocast on CPU). About 3 significant decimal digits, so outputs agree with float to about
+/// 1e-2 relative. See docs/precision.md.
 enum class Precision { float32, bf16 };
 
 /// "float32" or "bf16".
