@@ -11,6 +11,7 @@
 #include <cstdint>      // std::uint64_t
 #include <type_traits>  // std::is_same_v, std::remove_const_t
 #include <utility>      // std::move
+#include <vector>       // std::vector
 
 #include "../bf16.hpp"
 #include "../config.hpp"
@@ -108,9 +109,11 @@ void project_backward(const AttentionParameters<const T>& params,
     auto into = [&](int input) { return which.combined ? static_cast<int>(kQuery) : input; };
     for (int i : {kQuery, kKey, kValue})
         if (which.asked[i] && into(i) == i) dx[i] = Tensor<T>(x[i].shape());
-    // bf16 (mixed-precision training): dY, X and the weight enter the products in bf16, rounded
-    // once per GEMM; the products accumulate in float into the float gradients.
+    // bf16 (mixed-precision training): dY, X and the weight enter the products in bf16 (dY
+    // rounded once per GEMM, each input once per call); the products accumulate in float into
+    // the float gradients.
     [[maybe_unused]] ops::Bf16BackwardWorkspace bf16;
+    [[maybe_unused]] std::vector<BFloat16> x16[3];  // input i rounded, when a GEMM first reads it
     for (const ProjectionGemm& gm : dy.plan().gemms) {
         const StridedMatrixMap<T> dY = dy.y(gm);  // [B N, w_rows]
         [[maybe_unused]] ops::ConstBf16Matrix dY16, W16;
@@ -120,9 +123,11 @@ void project_backward(const AttentionParameters<const T>& params,
                 in_bf16 = true;
                 dY16 = ops::rounded_to_bf16(dY, bf16.dy);
                 W16 = ops::ConstBf16Matrix(params.w_in_bf16 + gm.w_offset, gm.w_rows, gm.in);
-                ops::linear_backward_weight_bf16(dY16,
-                                                 ops::rounded_to_bf16(x[gm.input].matrix(), bf16.x),
-                                                 grads.in_weight(gm), bf16.gemm);
+                std::vector<BFloat16>& xi = x16[gm.input];
+                if (xi.empty()) ops::rounded_to_bf16(x[gm.input].matrix(), xi);
+                const ops::ConstBf16Matrix X16(xi.data(), x[gm.input].shape()[0],
+                                               x[gm.input].shape()[1]);
+                ops::linear_backward_weight_bf16(dY16, X16, grads.in_weight(gm), bf16.gemm);
             }
         }
         if (!in_bf16) ops::linear_backward_weight<T>(dY, x[gm.input].matrix(), grads.in_weight(gm));
