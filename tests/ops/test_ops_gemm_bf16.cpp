@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Tests of headwise/ops/gemm_bf16.hpp: the bf16 product against a double loop over the
 // bf16-rounded operands (float accumulation only) and over the float operands (bf16's rounding
-// bound), every transpose, strided operands, alpha and beta; linear_forward_bf16; the errors.
+// bound), every transpose, strided operands, alpha and beta; linear_forward_bf16;
+// linear_backward_bf16 (mixed-precision training); the errors.
 #include <headwise/ops/gemm_bf16.hpp>
 
 #include <cmath>   // std::abs, std::ldexp
@@ -118,6 +119,71 @@ TEST_CASE("linear_forward_bf16 rounds the input and the weight to bf16 and adds 
                            expected) <=
                   static_cast<double>(in + 2) * std::ldexp(1.0, -24) * (magnitude + 1.0));
         }
+}
+
+TEST_CASE("linear_backward_bf16 adds the products of the rounded dY, W and X, and float db",
+          "[gemm_bf16]") {
+    std::mt19937_64 rng(11);
+    const Index N = 7, in = 24, out = 10;
+    const Operand X(N, in, in + 5, rng), W(out, in, in, rng), dY(N, out, out, rng);  // X strided
+    const Operand dX0(N, in, in, rng), dW0(out, in, in, rng), db0(1, out, out, rng);
+    std::vector<float> dX = dX0.f, dW = dW0.f, db = db0.f;  // accumulated onto
+    headwise::ops::Bf16BackwardWorkspace ws;
+    const headwise::StridedMatrixMap<const float> Xs(X.f.data(), N, in,
+                                                     Eigen::OuterStride<>(in + 5));
+    headwise::ops::linear_backward_bf16(Xs, MatrixMap<const float>(W.f.data(), out, in),
+                                        MatrixMap<const float>(dY.f.data(), N, out),
+                                        MatrixMap<float>(dX.data(), N, in),
+                                        MatrixMap<float>(dW.data(), out, in), db.data(), ws);
+    const double eps = std::ldexp(1.0, -24);
+    for (Index n = 0; n < N; ++n)
+        for (Index i = 0; i < in; ++i) {  // dX = dX0 + bf16(dY) bf16(W)
+            double expected = dX0.f[static_cast<std::size_t>(n * in + i)];
+            double magnitude = std::abs(expected);
+            for (Index o = 0; o < out; ++o) {
+                const double p = dY.at(Op::none, n, o, true) * W.at(Op::none, o, i, true);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            CAPTURE(n, i);
+            CHECK(std::abs(dX[static_cast<std::size_t>(n * in + i)] - expected) <=
+                  static_cast<double>(out + 2) * eps * magnitude);
+        }
+    for (Index o = 0; o < out; ++o) {
+        for (Index i = 0; i < in; ++i) {  // dW = dW0 + bf16(dY)^T bf16(X)
+            double expected = dW0.f[static_cast<std::size_t>(o * in + i)];
+            double magnitude = std::abs(expected);
+            for (Index n = 0; n < N; ++n) {
+                const double p = dY.at(Op::none, n, o, true) * X.at(Op::none, n, i, true);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            CAPTURE(o, i);
+            CHECK(std::abs(dW[static_cast<std::size_t>(o * in + i)] - expected) <=
+                  static_cast<double>(N + 2) * eps * magnitude);
+        }
+        double expected = db0.f[static_cast<std::size_t>(o)], magnitude = std::abs(expected);
+        for (Index n = 0; n < N; ++n) {  // db = db0 + sum of the float dY
+            expected += dY.at(Op::none, n, o, false);
+            magnitude += std::abs(dY.at(Op::none, n, o, false));
+        }
+        CHECK(std::abs(db[static_cast<std::size_t>(o)] - expected) <=
+              static_cast<double>(N + 2) * eps * magnitude);
+    }
+
+    // A dW of the wrong shape: named, and nothing written (dX is checked and written first
+    // otherwise).
+    const std::vector<float> dX_before = dX;
+    try {
+        headwise::ops::linear_backward_bf16(
+            Xs, MatrixMap<const float>(W.f.data(), out, in),
+            MatrixMap<const float>(dY.f.data(), N, out), MatrixMap<float>(dX.data(), N, in),
+            MatrixMap<float>(dW.data(), out, in - 1), db.data(), ws);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("headwise::ops::linear_backward_bf16: dW") == 0);
+    }
+    CHECK(dX == dX_before);
 }
 
 TEST_CASE("gemm_bf16 rejects operands whose inner sizes differ", "[gemm_bf16]") {
