@@ -23,6 +23,8 @@
 //                       float master weights, gradients and optimiser state. Alone: a float run,
 //                       then the same run (same seeds) in bf16, their steps to 99% and loss
 //                       curves; with the one-run flags above: that run in bf16.
+//   --seed S            another initialisation and batch order (default 0; the held-out set
+//                       stays the same)
 // e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
 // `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
 // bit for bit those of one uninterrupted run.
@@ -78,6 +80,8 @@ struct Resumable {
     int warmup = 0;
     std::FILE* curve = nullptr;  // --curve: every step's loss, written exactly
     headwise::Precision precision = headwise::Precision::float32;  // --precision
+    // --seed: the initialisation's and the batches' generators start at 1 + 2 seed, 2 + 2 seed
+    int seed = 0;
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
@@ -93,7 +97,8 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
     o.dim_feedforward = 128;
     o.dropout = r.dropout;
     o.projection = projection;
-    headwise::Generator init_rng(1), data_rng(2);
+    headwise::Generator init_rng(static_cast<std::uint64_t>(1 + 2 * r.seed)),
+        data_rng(static_cast<std::uint64_t>(2 + 2 * r.seed));
     SortModel model(o, /*num_layers=*/2, init_rng);
     model.set_precision(r.precision);
 
@@ -248,11 +253,13 @@ int main(int argc, char** argv) {
                                                               : headwise::Precision::float32;
         } else if (std::strcmp(argv[i], "--bf16") == 0) {
             r.precision = headwise::Precision::bf16;
+        } else if (has_value && std::strcmp(argv[i], "--seed") == 0) {
+            r.seed = std::atoi(argv[++i]);
         } else {
             std::fprintf(stderr,
                          "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
                          "[--stop-after K] [--dropout P] [--warmup N] [--curve FILE] "
-                         "[--precision float32|bf16]\n"
+                         "[--precision float32|bf16] [--seed S]\n"
                          "  --warmup N: linear warm-up over N steps, then cosine decay to a tenth "
                          "of the rate (LRScheduler)\n"
                          "  --curve FILE: one run; each step's loss to FILE, exactly\n"
@@ -261,11 +268,11 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (max_steps < 1 || stop_after < 0 || stop_after > max_steps || r.warmup < 0 ||
+    if (max_steps < 1 || stop_after < 0 || stop_after > max_steps || r.warmup < 0 || r.seed < 0 ||
         r.warmup >= max_steps) {
         std::fprintf(stderr,
-                     "train_sort: need 0 < --steps, 0 <= --stop-after <= --steps and "
-                     "0 <= --warmup < --steps\n");
+                     "train_sort: need 0 < --steps, 0 <= --stop-after <= --steps, "
+                     "0 <= --warmup < --steps, 0 <= --seed\n");
         return 2;
     }
     const bool full = max_steps >= 1000;
@@ -307,8 +314,9 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    Resumable schedule;  // no checkpoints; the warm-up, if any
+    Resumable schedule;  // no checkpoints; the warm-up and seed, if any
     schedule.warmup = r.warmup;
+    schedule.seed = r.seed;
     if (r.precision == headwise::Precision::bf16)
         return compare_bf16(max_steps, full, held_out, held_out_codes, schedule);
     const Run fused = train(headwise::Projection::fused, max_steps, max_steps, 0.99,
