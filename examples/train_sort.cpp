@@ -25,6 +25,8 @@
 //                       curves; with the one-run flags above: that run in bf16.
 //   --seed S            another initialisation and batch order (default 0; the held-out set
 //                       stays the same)
+//   --every N           with --precision bf16 alone: check the held-out accuracy every N steps
+//                       (default 100)
 // e.g. `train_sort --steps 3000 --checkpoint run.st --stop-after 500`, later
 // `train_sort --steps 3000 --resume run.st --checkpoint run.st`: the parameters at step 3000 are
 // bit for bit those of one uninterrupted run.
@@ -82,6 +84,7 @@ struct Resumable {
     headwise::Precision precision = headwise::Precision::float32;  // --precision
     // --seed: the initialisation's and the batches' generators start at 1 + 2 seed, 2 + 2 seed
     int seed = 0;
+    int every = 0;  // --every: the bf16 comparison's accuracy checks (0: every 100 steps)
 };
 
 /// Trains a fresh model (same seeds every time) with `projection` on a `max_steps` schedule,
@@ -190,7 +193,7 @@ Run train(headwise::Projection projection, int max_steps, int stop_after, double
 /// both reach 99% and bf16 takes at most 1.2x float's steps; a short one when bf16's loss falls.
 int compare_bf16(int max_steps, bool full, const Batch& held_out,
                  const std::set<std::int64_t>& held_out_codes, Resumable schedule) {
-    const int every = full ? 100 : max_steps;
+    const int every = full ? (schedule.every > 0 ? schedule.every : 100) : max_steps;
     schedule.precision = headwise::Precision::float32;
     const Run f32 = train(headwise::Projection::fused, max_steps, max_steps, 0.99, every, true,
                           held_out, held_out_codes, schedule);
@@ -255,11 +258,13 @@ int main(int argc, char** argv) {
             r.precision = headwise::Precision::bf16;
         } else if (has_value && std::strcmp(argv[i], "--seed") == 0) {
             r.seed = std::atoi(argv[++i]);
+        } else if (has_value && std::strcmp(argv[i], "--every") == 0) {
+            r.every = std::atoi(argv[++i]);
         } else {
             std::fprintf(stderr,
                          "usage: train_sort [--steps N] [--checkpoint FILE] [--resume FILE] "
                          "[--stop-after K] [--dropout P] [--warmup N] [--curve FILE] "
-                         "[--precision float32|bf16] [--seed S]\n"
+                         "[--precision float32|bf16] [--seed S] [--every N]\n"
                          "  --warmup N: linear warm-up over N steps, then cosine decay to a tenth "
                          "of the rate (LRScheduler)\n"
                          "  --curve FILE: one run; each step's loss to FILE, exactly\n"
@@ -269,10 +274,10 @@ int main(int argc, char** argv) {
         }
     }
     if (max_steps < 1 || stop_after < 0 || stop_after > max_steps || r.warmup < 0 || r.seed < 0 ||
-        r.warmup >= max_steps) {
+        r.every < 0 || r.warmup >= max_steps) {
         std::fprintf(stderr,
                      "train_sort: need 0 < --steps, 0 <= --stop-after <= --steps, "
-                     "0 <= --warmup < --steps, 0 <= --seed\n");
+                     "0 <= --warmup < --steps, 0 <= --seed, 0 <= --every\n");
         return 2;
     }
     const bool full = max_steps >= 1000;
@@ -317,6 +322,7 @@ int main(int argc, char** argv) {
     Resumable schedule;  // no checkpoints; the warm-up and seed, if any
     schedule.warmup = r.warmup;
     schedule.seed = r.seed;
+    schedule.every = r.every;
     if (r.precision == headwise::Precision::bf16)
         return compare_bf16(max_steps, full, held_out, held_out_codes, schedule);
     const Run fused = train(headwise::Projection::fused, max_steps, max_steps, 0.99,
