@@ -64,11 +64,7 @@ struct SortModel : headwise::Module<SortModel, T> {
     /// weights, gradients and optimiser state; embeddings, normalisation, softmax, attention
     /// products and the loss stay float.
     void set_precision(headwise::Precision p) {
-        for (auto& layer : layers) {
-            layer.self_attn().with_precision(p);
-            layer.linear1().with_precision(p);
-            layer.linear2().with_precision(p);
-        }
+        for (auto& layer : layers) layer.with_precision(p);
         head.with_precision(p);
     }
 

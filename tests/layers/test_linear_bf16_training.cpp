@@ -2,7 +2,7 @@
 // Mixed-precision training of Linear<float> in Precision::bf16 (layers/linear.hpp,
 // ops::linear_backward_bf16): gradients within 2e-2 of float's and, tightly, equal to the double
 // products of the bf16-rounded operands; the float master weight updated by an optimiser and
-// used, rounded anew, by the next training forward.
+// used, rounded anew, by the next training forward and, after eval(), by evaluation.
 #include <headwise/layers/linear.hpp>
 #include <headwise/optim/sgd.hpp>
 
@@ -142,11 +142,15 @@ TEST_CASE(
         [&](Index i, Index o) { return w1[o * in + i]; }, [](Index, Index) { return 0.0; });
     CHECK(relative_error(y1.data(), y0.data(), N * out) > 1e-2);
 
-    // Evaluation mode reads the copy with_precision took; taking it anew gives training's output.
+    // eval() takes a new copy: evaluation after the step reads the updated weight too.
     layer.eval();
+    const Tensor<float> evaluated = layer.forward(x);
+    CHECK(relative_error(evaluated.data(), y1.data(), N * out) == 0.0);
+    // In evaluation mode the copy stays until with_precision (or eval()) takes it again.
+    for (Index i = 0; i < out * in; ++i) layer.weight().data()[i] = w0.data()[i];
     const Tensor<float> stale = layer.forward(x);
-    CHECK(relative_error(stale.data(), y0.data(), N * out) == 0.0);
+    CHECK(relative_error(stale.data(), y1.data(), N * out) == 0.0);
     layer.with_precision(Precision::bf16);
     const Tensor<float> fresh = layer.forward(x);
-    CHECK(relative_error(fresh.data(), y1.data(), N * out) == 0.0);
+    CHECK(relative_error(fresh.data(), y0.data(), N * out) == 0.0);
 }

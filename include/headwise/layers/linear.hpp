@@ -64,8 +64,9 @@ public:
 
     /// Precision::bf16 (Linear<float> only): the products in bf16 with float accumulation, the
     /// bias and the outputs float. with_precision takes a bf16 copy of the weight, here.
-    /// In evaluation mode forward rounds its input to bf16 and multiplies by that copy (after
-    /// changing the weight, call with_precision(Precision::bf16) again to take a new one).
+    /// In evaluation mode forward rounds its input to bf16 and multiplies by that copy, which
+    /// eval() (or train(false), or a parent's eval()) takes anew; after changing the weight in
+    /// evaluation mode, call with_precision(Precision::bf16) again.
     /// In training mode it is mixed-precision training as PyTorch's autocast on CPU: the float
     /// weight is the master weight (optimisers update it as in float); forward rounds the
     /// CURRENT float weight to bf16 on each call, so the copy is never stale there, and backward
@@ -77,6 +78,14 @@ public:
     /// bf16 on Linear<double>, or a value that is no Precision enumerator.
     Linear& with_precision(Precision precision);
     Precision precision() const noexcept { return precision_; }
+    /// Training or evaluation mode (Module::train), also when a parent module switches it. In
+    /// Precision::bf16, switching to evaluation mode takes a new bf16 copy of the weight, so that
+    /// evaluation after training steps reads the current weight.
+    void train(bool on = true) {
+        Module<Linear<T>, T>::train(on);
+        if (!on) refresh_bf16_copy();
+    }
+    void eval() { train(false); }
     /// Bytes of the parameters as stored: the weight, its bf16 copy in Precision::bf16 (2 bytes
     /// per element) and the bias; gradients not counted.
     std::size_t memory_bytes() const noexcept {
@@ -144,6 +153,12 @@ private:
         Shape s = input;
         s[s.rank() - 1] = out_features_;
         return s;
+    }
+    /// The weight rounded into its bf16 copy again, in Precision::bf16.
+    void refresh_bf16_copy() {
+        if constexpr (std::is_same_v<T, float>)
+            if (precision_ == Precision::bf16)
+                to_bf16(weight_.data(), weight_bf16_.data(), weight_.numel());
     }
     void forward_unchecked(TensorView<const T> x, TensorView<T> y) const;
     void backward_unchecked(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);

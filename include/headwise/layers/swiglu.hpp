@@ -88,10 +88,11 @@ public:
     /// residual branch's gradient.
     void backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy, TensorView<T> dx);
 
-    /// Precision::bf16 (SwiGLU<float> only; inference): gate_proj, up_proj and down_proj run
-    /// their products in bf16 (see Linear::with_precision: bf16 copies of the weights taken
-    /// here, the float parameters kept); SiLU and the gating product stay float. backward
-    /// throws in bf16. After changing the weights, call with_precision(Precision::bf16) again;
+    /// Precision::bf16 (SwiGLU<float> only): gate_proj, up_proj and down_proj run their products
+    /// in bf16 (see Linear::with_precision: bf16 copies of the weights taken here, the float
+    /// parameters kept); SiLU and the gating product stay float. In training mode that is
+    /// mixed-precision training, backward included. After changing the weights in evaluation
+    /// mode, call with_precision(Precision::bf16) again;
     /// Precision::float32 returns the three to float. Throws std::invalid_argument for bf16 on a
     /// SwiGLU<double>, or a value that is no Precision enumerator, before any Linear changes.
     SwiGLU& with_precision(Precision precision) {

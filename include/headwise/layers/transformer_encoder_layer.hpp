@@ -112,12 +112,13 @@ public:
     }
     const Options& options() const noexcept { return options_; }
 
-    /// Precision::bf16 (TransformerEncoderLayer<float> only; inference): self_attn, linear1 and
-    /// linear2 run their products in bf16 (see MultiheadAttention::with_precision and
+    /// Precision::bf16 (TransformerEncoderLayer<float> only): self_attn, linear1 and linear2 run
+    /// their products in bf16 (see MultiheadAttention::with_precision and
     /// Linear::with_precision: bf16 copies of their weights taken here, the float parameters
-    /// kept); the norms, the activation, dropout and the residual sums stay float. Call eval()
-    /// first: forward in training mode and backward throw in bf16. After changing the weights
-    /// (load_state_dict, an optimiser step), call with_precision(Precision::bf16) again.
+    /// kept); the norms, the activation, dropout and the residual sums stay float. In training
+    /// mode that is mixed-precision training (float master weights, bf16 products in forward
+    /// and backward, float gradients). After changing the weights in evaluation mode
+    /// (load_state_dict), call with_precision(Precision::bf16) again.
     /// Precision::float32 returns every sub-module to float. Throws std::invalid_argument for
     /// bf16 on a TransformerEncoderLayer<double>, or a value that is no Precision enumerator,
     /// before any sub-module changes.
