@@ -5,7 +5,8 @@
 # OpenBLAS (the CBLAS of the cblas preset and of the benchmarks' BLAS backend), nlohmann/json
 # (safetensors headers), utf8proc (the BERT tokenizer), oneDNN (the bf16 GEMM of Precision::bf16:
 # libdnnl-dev), Open MPI (headwise::distributed: libopenmpi-dev,
-# openmpi-bin), and for the fuzz preset clang++ with libFuzzer (clang-14, libclang-rt-14-dev).
+# openmpi-bin), and for the asan and fuzz presets clang++ with its sanitizer and libFuzzer runtime
+# (clang-14, libclang-rt-14-dev) and its OpenMP runtime (libomp-dev).
 #
 #   bash scripts/deps.sh                      check, and install what is missing
 #   source scripts/deps.sh && headwise_deps   the same, from another script
@@ -47,9 +48,12 @@ headwise_deps() {
     # headers and libraries, and its launcher (mpirun, mpiexec).
     _headwise_have_package libopenmpi-dev mpi.h "" || missing+=(libopenmpi-dev)
     _headwise_have_command mpiexec || missing+=(openmpi-bin)
-    # The fuzz preset: clang++ (the clang package links it to clang-14) and libFuzzer's runtime.
+    # The asan and fuzz presets: clang++ (the clang package links it to clang-14), its sanitizer
+    # and libFuzzer runtime, and its OpenMP runtime (asan builds with OpenMP; libomp's omp.h sits
+    # in clang's own include directory, so only dpkg can tell).
     _headwise_have_command clang++ || missing+=(clang-14 clang)
     _headwise_have_fuzzer_runtime || missing+=(libclang-rt-14-dev)
+    _headwise_have_package libomp-dev "" "" || missing+=(libomp-dev)
 
     if ((${#missing[@]} > 0)); then
         _headwise_install "${missing[@]}" || return 1

@@ -74,6 +74,9 @@ TEST_CASE("DistributedSampler: drop_last cuts to a multiple of the rank count", 
     DistributedSampler s(10, 4, 3, /*seed=*/1, /*shuffle=*/true, /*drop_last=*/true);
     REQUIRE(s.num_samples() == 2);
     REQUIRE(s.total_size() == 8);
+    REQUIRE(s.drop_last());
+    REQUIRE(s.shuffle());
+    REQUIRE_FALSE(DistributedSampler(10, 4, 3).drop_last());
     std::vector<Index> all;
     for (int r = 0; r < 4; ++r) {
         const std::vector<Index> mine = DistributedSampler(10, 4, r, 1, true, true).indices();

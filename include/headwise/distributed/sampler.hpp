@@ -51,6 +51,10 @@ public:
     Index total_size() const noexcept { return num_samples_ * world_; }
     int world() const noexcept { return world_; }
     int rank() const noexcept { return rank_; }
+    bool shuffle() const noexcept { return shuffle_; }
+    /// Whether the tail that does not fill a shard on every rank is dropped (else padded by
+    /// repeating the first indices).
+    bool drop_last() const noexcept { return drop_last_; }
 
 private:
     Index size_;

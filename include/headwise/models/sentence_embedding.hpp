@@ -305,7 +305,9 @@ Tensor<T> SentenceEmbedder<T>::encode(const std::vector<std::string>& texts, Ind
         }
         const Tensor<T> e = embed_batch(batch);  // [count, E]
         for (Index i = 0; i < count; ++i)
-            std::copy_n(e.data() + i * E, E, out.data() + static_cast<Index>(order[first + i]) * E);
+            std::copy_n(
+                e.data() + i * E, E,
+                out.data() + static_cast<Index>(order[static_cast<std::size_t>(first + i)]) * E);
         if (progress) progress(first + count, N);
     }
     return out;
