@@ -11,6 +11,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>  // std::copy_n
+#include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t, std::uint64_t
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
@@ -32,6 +33,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../layers/linear.hpp"
 #include "../layers/module.hpp"
 #include "../layers/uninitialized.hpp"
+#include "../ops/activation.hpp"
 #include "../precision.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
@@ -369,10 +371,11 @@ Tensor<T> BertLayer<T>::forward(TensorView<const T> x, const AttentionMasks<T>& 
     h.matrix() += x.matrix();                                 // x + Attention(x)
     h = attention_norm_.forward(h);                           // [B, L, E]
     Tensor<T> f = intermediate_.forward(h);                   // [B, L, F]
-    f = act_.forward(f);                                      // GELU, [B, L, F]
-    Tensor<T> y = output_.forward(f);                         // [B, L, E]
-    y.matrix() += h.matrix();                                 // h + FFN(h)
-    return output_norm_.forward(y);                           // [B, L, E]
+    // GELU in place, [B, L, F]: no second activation of F columns
+    ops::gelu_forward(f.data(), f.numel(), act_.approximate(), f.data());
+    Tensor<T> y = output_.forward(f);  // [B, L, E]
+    y.matrix() += h.matrix();          // h + FFN(h)
+    return output_norm_.forward(y);    // [B, L, E]
 }
 
 template <class T>
@@ -602,7 +605,14 @@ Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
             std::copy_n(padding_mask.data(), B * L, masks.key_padding_mask.data());
         }
     }
-    for (BertLayer<T>& layer : layers_) x = layer.forward(x, masks);
+    // One set of attention scratch for the whole stack: each layer hands it to the next, and
+    // the last back to the first for the next call (the layers run one after another).
+    const std::size_t n = layers_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        x = layers_[i].forward(x, masks);
+        if (i + 1 < n) layers_[i + 1].attention().swap_eval_buffers(layers_[i].attention());
+    }
+    if (n > 1) layers_[0].attention().swap_eval_buffers(layers_[n - 1].attention());
     if (!batched) x = std::move(x).reshape(Shape{L, E});
     return x;
 }

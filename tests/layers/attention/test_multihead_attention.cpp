@@ -397,6 +397,29 @@ TEST_CASE("eval mode: no dropout, nothing saved, backward refuses", "[mha]") {
     CHECK(run(m, d).differentiable());
 }
 
+TEST_CASE("swap_eval_buffers passes eval scratch between modules without changing results",
+          "[mha]") {
+    // Two modules of different shapes and projections, as layers of a stack might be.
+    MhaConfig ca;
+    MhaConfig cb =
+        with([](MhaConfig& c) { c.E = 12, c.H = 3, c.L = 5, c.inputs = Inputs::kv_same, c.S = 4; });
+    const test::MhaData<double> da = test::make_data<double>(ca);
+    const test::MhaData<double> db = test::make_data<double>(cb);
+    MultiheadAttention<double> a(ca.options(Projection::fused), 2);
+    MultiheadAttention<double> b(cb.options(Projection::per_head), 3);
+    a.eval();
+    b.eval();
+    const MultiheadAttention<double> a0 = a, b0 = b;  // copies start with scratch of their own
+    const auto ya = run(a, da);
+    b.swap_eval_buffers(a);  // b now holds the scratch a's call filled
+    const auto yb = run(b, db);
+    a.swap_eval_buffers(b);
+    MultiheadAttention<double> fresh_a = a0, fresh_b = b0;
+    HEADWISE_CHECK_CLOSE(yb.output, run(fresh_b, db).output, 0.0);
+    HEADWISE_CHECK_CLOSE(run(a, da).output, run(fresh_a, da).output, 0.0);
+    HEADWISE_CHECK_CLOSE(ya.output, run(fresh_a, da).output, 0.0);
+}
+
 TEST_CASE("dropout is inverted, seeded, and the same under every projection", "[mha][dropout]") {
     MhaConfig c;
     c.L = 16;

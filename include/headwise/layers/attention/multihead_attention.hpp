@@ -12,7 +12,7 @@
 #include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_const_v, std::is_same_v
-#include <utility>      // std::move
+#include <utility>      // std::move, std::swap
 #include <vector>       // std::vector
 
 #include "../../bf16.hpp"
@@ -113,6 +113,15 @@ public:
         return *this;
     }
     Projection projection() const noexcept { return options_.projection; }
+
+    /// Exchanges the scratch that eval-mode forwards reuse (projections, context, attention
+    /// tiles) with `other`'s. Modules run one after another (a stack of layers) can pass one set
+    /// of buffers along instead of each keeping its own: results do not change (every call
+    /// writes the scratch before reading it). Training-mode activations, saved for backward,
+    /// are not affected. Neither module may be running a call.
+    void swap_eval_buffers(MultiheadAttention& other) noexcept {
+        std::swap(eval_activations_, other.eval_activations_);
+    }
 
     /// Precision::bf16 (MultiheadAttention<float> only): the in- and out-projections multiplied
     /// in bf16 with float accumulation (inputs and weights rounded to bf16); biases, scores,
