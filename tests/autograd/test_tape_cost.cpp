@@ -33,6 +33,10 @@ TEST_CASE("tape: a no-grad forward allocates only one holder per call beyond the
     });
     CHECK(headwise::test::identical<float>(y.value(), plain));
     CHECK(tape.size() == 0);
-    // input() and the four calls: one shared holder each, nothing recorded.
-    CHECK(by_tape - by_modules == 5);
+    // input() and the four calls: at most one shared holder each, nothing recorded. At most: a
+    // compiler may omit or merge the allocations of new-expressions ([expr.new]), and clang's
+    // sanitized -O1 build makes one fewer here than g++'s.
+    CAPTURE(by_modules, by_tape);
+    CHECK(by_tape - by_modules <= 5);
+    CHECK(by_tape - by_modules >= 4);
 }
