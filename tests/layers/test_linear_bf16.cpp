@@ -13,6 +13,7 @@
 
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
+#include "support/relative_error.hpp"
 
 using headwise::BFloat16;
 using headwise::Index;
@@ -22,6 +23,7 @@ using headwise::round_to_bf16;
 using headwise::Shape;
 using headwise::Tensor;
 
+using headwise::test::relative_error;
 namespace {
 
 Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
@@ -29,16 +31,6 @@ Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
     Tensor<float> x(shape);
     for (float& v : x) v = u(rng);
     return x;
-}
-
-/// max |a - b| / max |b|: the relative error of a whole output.
-double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
-    double diff = 0, scale = 0;
-    for (Index i = 0; i < a.numel(); ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
-    }
-    return diff / scale;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
+#include "support/relative_error.hpp"
 
 using headwise::Index;
 using headwise::Linear;
@@ -20,6 +21,7 @@ using headwise::round_to_bf16;
 using headwise::Shape;
 using headwise::Tensor;
 
+using headwise::test::relative_error;
 namespace {
 
 /// The documented bound of a bf16 training gradient against float's: each product has two
@@ -31,16 +33,6 @@ Tensor<float> random_tensor(const Shape& shape, std::mt19937_64& rng) {
     Tensor<float> x(shape);
     for (float& v : x) v = u(rng);
     return x;
-}
-
-/// max |a - b| / max |b|.
-double relative_error(const float* a, const float* b, Index n) {
-    double diff = 0, scale = 0;
-    for (Index i = 0; i < n; ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-    }
-    return diff / scale;
 }
 
 /// C[m, n] = sum_k bf16(A[m, k]) bf16(B[k, n]) in double, A and B read through `a(m, k)`,

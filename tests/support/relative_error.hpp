@@ -12,16 +12,21 @@
 
 namespace headwise::test {
 
-/// max |a - b| / max |b| (max |a - b| when b is all zeros): the relative error of a whole
-/// tensor, as the bf16 tolerances of docs/precision.md are stated.
-inline double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
-    REQUIRE(a.shape() == b.shape());
+/// max |a - b| / max |b| over n values (max |a - b| when b is all zeros): the relative error of a
+/// whole tensor, as the bf16 tolerances of docs/precision.md are stated.
+inline double relative_error(const float* a, const float* b, Index n) {
     double diff = 0, scale = 0;
-    for (Index i = 0; i < a.numel(); ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
+    for (Index i = 0; i < n; ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
     }
     return scale == 0 ? diff : diff / scale;
+}
+
+/// The same over two tensors (or views) of one shape.
+inline double relative_error(TensorView<const float> a, TensorView<const float> b) {
+    REQUIRE(a.shape() == b.shape());
+    return relative_error(a.data(), b.data(), a.numel());
 }
 
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).

@@ -18,6 +18,7 @@
 #include "support/golden_attention.hpp"
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
+#include "support/relative_error.hpp"
 
 using headwise::Index;
 using headwise::Precision;
@@ -28,6 +29,7 @@ using headwise::test::golden_attention_options;
 using headwise::test::GoldenCase;
 using headwise::test::kProjections;
 
+using headwise::test::relative_error;
 namespace {
 
 /// bf16 has 8 significant bits (unit roundoff 2^-8 = 3.9e-3); the accuracy target.
@@ -37,17 +39,6 @@ Tensor<float> cast(const Tensor<double>& t) {
     Tensor<float> out(t.shape());
     for (Index i = 0; i < t.numel(); ++i) out.data()[i] = static_cast<float>(t.data()[i]);
     return out;
-}
-
-/// max |a - b| / max |b|: the relative error of a whole tensor.
-double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
-    REQUIRE(a.shape() == b.shape());
-    double diff = 0, scale = 0;
-    for (Index i = 0; i < a.numel(); ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
-    }
-    return scale == 0 ? diff : diff / scale;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
+#include "support/relative_error.hpp"
 
 using headwise::Index;
 using headwise::MultiheadAttention;
@@ -25,6 +26,7 @@ using headwise::Tensor;
 using headwise::TensorView;
 using headwise::test::kProjections;
 
+using headwise::test::relative_error;
 namespace {
 
 constexpr double kOutputTolerance = 1e-2;    // bf16 against float, outputs (as inference)
@@ -35,17 +37,6 @@ Tensor<float> random_tensor(const Shape& shape, std::mt19937_64& rng) {
     Tensor<float> x(shape);
     for (float& v : x) v = u(rng);
     return x;
-}
-
-/// max |a - b| / max |b| over two views of one shape.
-double relative_error(TensorView<const float> a, TensorView<const float> b) {
-    REQUIRE(a.shape() == b.shape());
-    double diff = 0, scale = 0;
-    for (Index i = 0; i < a.numel(); ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(a.data()[i]) - b.data()[i]));
-        scale = std::max(scale, std::abs(static_cast<double>(b.data()[i])));
-    }
-    return scale == 0 ? diff : diff / scale;
 }
 
 TensorView<float> parameter(MultiheadAttention<float>& m, const std::string& name, bool grad) {
