@@ -6,17 +6,15 @@
 #include <headwise/io/npy.hpp>
 #include <headwise/layers/transformer_decoder_layer.hpp>
 
-#include <cstdint>     // std::uint64_t
-#include <filesystem>  // std::filesystem::exists
-#include <fstream>     // std::ifstream
-#include <map>         // std::map
-#include <stdexcept>   // std::invalid_argument
-#include <string>      // std::string, std::getline
-#include <utility>     // std::move
-#include <vector>      // std::vector
+#include <cstdint>    // std::uint64_t
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_layers.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/projections.hpp"
@@ -29,58 +27,12 @@ using headwise::test::kProjections;
 
 namespace {
 
-struct DecoderCase {
-    std::map<std::string, std::string> meta;
-    StateDict<double> state, grads;
-    Tensor<double> tgt, memory, grad_output, output, grad_tgt, grad_memory;
-    Tensor<bool> tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;
-    Tensor<double> tgt_mask_float;  // additive, -inf above the diagonal
-};
-
-DecoderCase load_decoder_case(const std::string& name) {
-    const std::filesystem::path root = test::golden_dir() / "decoder";
-    const std::filesystem::path dir = root / name;
-    DecoderCase c;
-    std::ifstream in(dir / "meta.txt");
-    for (std::string line; std::getline(in, line);) {
-        const auto eq = line.find('=');
-        if (eq != std::string::npos) c.meta[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    c.state = load_npy_dict<double>((root / "params").string());
-    c.grads = load_npy_dict<double>((dir / "grad").string());
-    const auto file = [&](const char* f) { return (dir / f).string(); };
-    c.tgt = load_npy<double>(file("tgt.npy"));
-    c.memory = load_npy<double>(file("memory.npy"));
-    c.grad_output = load_npy<double>(file("grad_output.npy"));
-    c.output = load_npy<double>(file("output.npy"));
-    c.grad_tgt = load_npy<double>(file("grad_tgt.npy"));
-    c.grad_memory = load_npy<double>(file("grad_memory.npy"));
-    c.tgt_key_padding_mask = load_npy<bool>(file("tgt_key_padding_mask.npy"));
-    c.memory_key_padding_mask = load_npy<bool>(file("memory_key_padding_mask.npy"));
-    if (std::filesystem::exists(dir / "tgt_mask.npy"))
-        c.tgt_mask = load_npy<bool>(file("tgt_mask.npy"));
-    if (std::filesystem::exists(dir / "tgt_mask_float.npy"))
-        c.tgt_mask_float = load_npy<double>(file("tgt_mask_float.npy"));
-    if (std::filesystem::exists(dir / "memory_mask.npy"))
-        c.memory_mask = load_npy<bool>(file("memory_mask.npy"));
-    return c;
-}
-
-TransformerDecoderLayerOptions options_of(const DecoderCase& c) {
-    TransformerDecoderLayerOptions o;
-    o.d_model = std::stoi(c.meta.at("d_model"));
-    o.nhead = std::stoi(c.meta.at("nhead"));
-    o.dim_feedforward = std::stoi(c.meta.at("dim_feedforward"));
-    o.activation = c.meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
-    o.norm_first = c.meta.at("norm_first") == "1";
-    o.layer_norm_eps = std::stod(c.meta.at("layer_norm_eps"));
-    o.dropout = 0.0;
-    return o;
-}
+using test::DecoderCase;
+using test::load_decoder_case;
 
 template <class T>
 TransformerDecoderLayer<T> golden_layer(const DecoderCase& c, Projection projection) {
-    TransformerDecoderLayerOptions o = options_of(c);
+    TransformerDecoderLayerOptions o = c.options;
     o.projection = projection;
     TransformerDecoderLayer<T> layer(o, 99);
     StateDict<T> sd;

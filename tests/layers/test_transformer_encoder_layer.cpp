@@ -5,74 +5,23 @@
 #include <headwise/io/npy.hpp>
 #include <headwise/layers/transformer_encoder_layer.hpp>
 
-#include <filesystem>  // std::filesystem::exists
-#include <limits>      // std::numeric_limits
-#include <map>         // std::map
-#include <stdexcept>   // std::invalid_argument
-#include <string>      // std::string
-#include <vector>      // std::vector
+#include <limits>     // std::numeric_limits
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <vector>     // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_layers.hpp"
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
-#include "support/training_golden.hpp"
+#include "support/training_golden.hpp"  // cast
 
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kProjections;
-
-namespace {
-
-struct EncoderCase {
-    std::map<std::string, std::string> meta;
-    StateDict<double> state, grads;
-    Tensor<double> x, grad_output, output, grad_x;
-    Tensor<bool> attn_mask, key_padding_mask;
-};
-
-EncoderCase load_encoder_case(const std::string& name) {
-    const std::filesystem::path dir = test::golden_dir() / "encoder" / name;
-    EncoderCase c;
-    const test::TrainingCase meta = [&] {
-        test::TrainingCase m;
-        std::ifstream in(dir / "meta.txt");
-        for (std::string line; std::getline(in, line);) {
-            const auto eq = line.find('=');
-            if (eq != std::string::npos) m.meta[line.substr(0, eq)] = line.substr(eq + 1);
-        }
-        return m;
-    }();
-    c.meta = meta.meta;
-    c.grads = load_npy_dict<double>((dir / "grad").string());
-    for (const auto& entry : c.grads)
-        c.state.emplace(entry.first, load_npy<double>((dir / (entry.first + ".npy")).string()));
-    c.x = load_npy<double>((dir / "x.npy").string());
-    c.grad_output = load_npy<double>((dir / "grad_output.npy").string());
-    c.output = load_npy<double>((dir / "output.npy").string());
-    c.grad_x = load_npy<double>((dir / "grad_x.npy").string());
-    if (std::filesystem::exists(dir / "attn_mask.npy")) {
-        c.attn_mask = load_npy<bool>((dir / "attn_mask.npy").string());
-        c.key_padding_mask = load_npy<bool>((dir / "key_padding_mask.npy").string());
-    }
-    return c;
-}
-
-TransformerEncoderLayerOptions options_of(const EncoderCase& c) {
-    TransformerEncoderLayerOptions o;
-    o.d_model = std::stoi(c.meta.at("d_model"));
-    o.nhead = std::stoi(c.meta.at("nhead"));
-    o.dim_feedforward = std::stoi(c.meta.at("dim_feedforward"));
-    o.activation = c.meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
-    o.norm_first = c.meta.at("norm_first") == "1";
-    o.layer_norm_eps = std::stod(c.meta.at("layer_norm_eps"));
-    o.dropout = 0.0;
-    return o;
-}
-
-}  // namespace
 
 TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gradient",
                    "[encoder][golden]", float, double) {
@@ -81,8 +30,8 @@ TEMPLATE_TEST_CASE("an unseen torch encoder layer matches in output and every gr
                                       "pre_norm_gelu_masks", "pre_norm_gelu_unbatched");
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, to_string(projection));
-    const EncoderCase c = load_encoder_case(name);
-    TransformerEncoderLayerOptions o = options_of(c);
+    const test::EncoderCase c = test::load_encoder_case(name);
+    TransformerEncoderLayerOptions o = c.options;
     o.projection = projection;
     TransformerEncoderLayer<T> layer(o, 99);
     StateDict<T> sd;

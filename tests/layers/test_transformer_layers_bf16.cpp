@@ -8,18 +8,16 @@
 #include <headwise/layers/transformer_encoder_layer.hpp>
 #include <headwise/precision.hpp>
 
-#include <algorithm>   // std::max
-#include <cstdio>      // std::printf
-#include <filesystem>  // std::filesystem::path, std::filesystem::exists
-#include <fstream>     // std::ifstream
-#include <map>         // std::map
-#include <random>      // std::mt19937_64
-#include <stdexcept>   // std::invalid_argument
-#include <string>      // std::string, std::getline
-#include <vector>      // std::vector
+#include <algorithm>  // std::max
+#include <cstdio>     // std::printf
+#include <random>     // std::mt19937_64
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <vector>     // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/golden_layers.hpp"
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
@@ -35,29 +33,14 @@ namespace {
 /// bf16 has 8 significant bits (unit roundoff 2^-8 = 3.9e-3); the accuracy target.
 constexpr double kBf16Tolerance = 1e-2;
 
-std::map<std::string, std::string> read_meta(const std::filesystem::path& file) {
-    std::map<std::string, std::string> meta;
-    std::ifstream in(file);
-    for (std::string line; std::getline(in, line);) {
-        const auto eq = line.find('=');
-        if (eq != std::string::npos) meta[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    REQUIRE(!meta.empty());
-    return meta;
-}
-
 StateDict<float> float_dict(const StateDict<double>& d) {
     StateDict<float> out;
     for (const auto& entry : d) out.emplace(entry.first, cast<float>(entry.second));
     return out;
 }
 
-Tensor<bool> mask_if_present(const std::filesystem::path& file) {
-    return std::filesystem::exists(file) ? load_npy<bool>(file.string()) : Tensor<bool>();
-}
-
-/// A golden encoder case (tests/golden/encoder/<name>): the layer loaded from it, its input and
-/// masks.
+/// A golden encoder case (tests/golden/encoder/<name>) in float: the layer's options and
+/// parameters, its input and masks.
 struct EncoderCase {
     TransformerEncoderLayerOptions options;
     StateDict<float> state;
@@ -66,27 +49,17 @@ struct EncoderCase {
 };
 
 EncoderCase load_encoder_case(const std::string& name) {
-    const std::filesystem::path dir = test::golden_dir() / "encoder" / name;
-    const auto meta = read_meta(dir / "meta.txt");
+    const test::EncoderCase g = test::load_encoder_case(name);
     EncoderCase c;
-    c.options.d_model = std::stoi(meta.at("d_model"));
-    c.options.nhead = std::stoi(meta.at("nhead"));
-    c.options.dim_feedforward = std::stoi(meta.at("dim_feedforward"));
-    c.options.activation = meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
-    c.options.norm_first = meta.at("norm_first") == "1";
-    c.options.layer_norm_eps = std::stod(meta.at("layer_norm_eps"));
-    c.options.dropout = 0.0;
-    // The parameters are the files named as the gradients of grad/.
-    for (const auto& entry : load_npy_dict<double>((dir / "grad").string()))
-        c.state.emplace(entry.first,
-                        cast<float>(load_npy<double>((dir / (entry.first + ".npy")).string())));
-    c.x = cast<float>(load_npy<double>((dir / "x.npy").string()));
-    c.masks.attn_mask = mask_if_present(dir / "attn_mask.npy");
-    c.masks.key_padding_mask = mask_if_present(dir / "key_padding_mask.npy");
+    c.options = g.options;
+    c.state = float_dict(g.state);
+    c.x = cast<float>(g.x);
+    c.masks.attn_mask = g.attn_mask;
+    c.masks.key_padding_mask = g.key_padding_mask;
     return c;
 }
 
-/// A golden decoder case (tests/golden/decoder/<name>, parameters in decoder/params).
+/// A golden decoder case (tests/golden/decoder/<name>, parameters in decoder/params) in float.
 struct DecoderCase {
     TransformerDecoderLayerOptions options;
     StateDict<float> state;
@@ -95,28 +68,17 @@ struct DecoderCase {
 };
 
 DecoderCase load_decoder_case(const std::string& name) {
-    const std::filesystem::path root = test::golden_dir() / "decoder";
-    const std::filesystem::path dir = root / name;
-    const auto meta = read_meta(dir / "meta.txt");
+    const test::DecoderCase g = test::load_decoder_case(name);
     DecoderCase c;
-    c.options.d_model = std::stoi(meta.at("d_model"));
-    c.options.nhead = std::stoi(meta.at("nhead"));
-    c.options.dim_feedforward = std::stoi(meta.at("dim_feedforward"));
-    c.options.activation = meta.at("activation") == "gelu" ? Activation::gelu : Activation::relu;
-    c.options.norm_first = meta.at("norm_first") == "1";
-    c.options.layer_norm_eps = std::stod(meta.at("layer_norm_eps"));
-    c.options.dropout = 0.0;
-    c.state = float_dict(load_npy_dict<double>((root / "params").string()));
-    c.tgt = cast<float>(load_npy<double>((dir / "tgt.npy").string()));
-    c.memory = cast<float>(load_npy<double>((dir / "memory.npy").string()));
-    c.tgt_masks.key_padding_mask = load_npy<bool>((dir / "tgt_key_padding_mask.npy").string());
-    c.tgt_masks.attn_mask = mask_if_present(dir / "tgt_mask.npy");
-    if (std::filesystem::exists(dir / "tgt_mask_float.npy"))
-        c.tgt_masks.attn_bias =
-            cast<float>(load_npy<double>((dir / "tgt_mask_float.npy").string()));
-    c.memory_masks.key_padding_mask =
-        load_npy<bool>((dir / "memory_key_padding_mask.npy").string());
-    c.memory_masks.attn_mask = mask_if_present(dir / "memory_mask.npy");
+    c.options = g.options;
+    c.state = float_dict(g.state);
+    c.tgt = cast<float>(g.tgt);
+    c.memory = cast<float>(g.memory);
+    c.tgt_masks.key_padding_mask = g.tgt_key_padding_mask;
+    c.tgt_masks.attn_mask = g.tgt_mask;
+    if (g.tgt_mask_float.numel() > 0) c.tgt_masks.attn_bias = cast<float>(g.tgt_mask_float);
+    c.memory_masks.key_padding_mask = g.memory_key_padding_mask;
+    c.memory_masks.attn_mask = g.memory_mask;
     return c;
 }
 
