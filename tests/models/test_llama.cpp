@@ -40,23 +40,6 @@ std::string model_dir(const std::string& name) {
     return (headwise::test::golden_dir() / "llama" / name).string();
 }
 
-// The left-padded batch: ids [3, 7] (padding id 0) and padding [3, 7] (true = padding).
-void padded_batch(Tensor<std::int64_t>& ids, Tensor<bool>& padding) {
-    Index L = 0;
-    for (const auto& p : kPrompts) L = std::max(L, static_cast<Index>(p.size()));
-    const Index B = static_cast<Index>(kPrompts.size());
-    ids = Tensor<std::int64_t>(Shape{B, L});
-    padding = Tensor<bool>(Shape{B, L});
-    for (Index b = 0; b < B; ++b) {
-        const auto& p = kPrompts[static_cast<std::size_t>(b)];
-        const Index pad = L - static_cast<Index>(p.size());
-        for (Index t = 0; t < L; ++t) {
-            padding.data()[b * L + t] = t < pad;
-            ids.data()[b * L + t] = t < pad ? 0 : p[static_cast<std::size_t>(t - pad)];
-        }
-    }
-}
-
 std::vector<std::vector<std::int64_t>> recorded_greedy(const std::string& name) {
     std::ifstream in(model_dir(name) + "/greedy.txt");
     std::vector<std::vector<std::int64_t>> lines;
@@ -126,10 +109,8 @@ TEMPLATE_TEST_CASE("LlamaForCausalLM gives transformers' logits for a left-padde
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(name, projection);
     auto model = LlamaForCausalLM<T>::from_pretrained(model_dir(name), projection);
-    Tensor<std::int64_t> ids;
-    Tensor<bool> padding;
-    padded_batch(ids, padding);
-    const Tensor<T> logits = model.forward(ids, padding);  // [3, 7, 128]
+    const auto [ids, padding] = headwise::models::left_pad(kPrompts);  // [3, 7] each
+    const Tensor<T> logits = model.forward(ids, padding);              // [3, 7, 128]
     // float: against transformers in float32; double: the same weights run in float64.
     const std::string golden = sizeof(T) == 4 ? "/logits.npy" : "/logits_f64.npy";
     const auto want = headwise::load_npy<double>(model_dir(name) + golden);
@@ -143,10 +124,8 @@ TEMPLATE_TEST_CASE("KV-cache decode token by token gives the forward's logits", 
                    double) {
     using T = TestType;
     auto model = LlamaForCausalLM<T>::from_pretrained(model_dir("untied"));
-    Tensor<std::int64_t> ids;
-    Tensor<bool> padding;
-    padded_batch(ids, padding);
-    const Tensor<T> whole = model.forward(ids, padding);  // [3, 7, V]
+    const auto [ids, padding] = headwise::models::left_pad(kPrompts);  // [3, 7] each
+    const Tensor<T> whole = model.forward(ids, padding);               // [3, 7, V]
     const Index B = ids.size(0), L = ids.size(1), V = whole.size(2);
     auto cache = model.make_cache(B, L);
     for (Index t = 0; t < L; ++t) {
@@ -299,4 +278,18 @@ TEST_CASE("decode and generate check their arguments first", "[llama]") {
     CHECK_THROWS_AS(headwise::models::generate(model, {{}}, options), std::invalid_argument);
     options.top_p = 0.0;
     CHECK_THROWS_AS(headwise::models::generate(model, {{1}}, options), std::invalid_argument);
+}
+
+TEST_CASE("left_pad pads each prompt on the left to the longest, marking the padding",
+          "[llama][generate]") {
+    const auto batch = headwise::models::left_pad({{5, 6, 7}, {8}, {}}, /*pad_id=*/9);
+    REQUIRE(batch.ids.shape() == Shape{3, 3});
+    REQUIRE(batch.padding.shape() == Shape{3, 3});
+    const std::vector<std::int64_t> ids(batch.ids.data(), batch.ids.data() + 9);
+    const std::vector<bool> padding(batch.padding.data(), batch.padding.data() + 9);
+    CHECK(ids == std::vector<std::int64_t>{5, 6, 7, 9, 9, 8, 9, 9, 9});
+    CHECK(padding == std::vector<bool>{false, false, false, true, true, false, true, true, true});
+    const auto none = headwise::models::left_pad({});
+    CHECK(none.ids.shape() == Shape{0, 0});
+    CHECK(none.padding.shape() == Shape{0, 0});
 }

@@ -5,6 +5,7 @@
 // switched; load_pretrained in bf16; the errors.
 #include <headwise/io/npy.hpp>
 #include <headwise/models/bert.hpp>
+#include <headwise/models/generation.hpp>
 #include <headwise/models/llama.hpp>
 #include <headwise/precision.hpp>
 
@@ -43,6 +44,10 @@ std::string llama_dir(const std::string& name) {
     return (headwise::test::golden_dir() / "llama" / name).string();
 }
 
+/// The prompts of the tiny Llamas' golden cases (tests/golden/llama): 7, 4 and 2 tokens.
+const std::vector<std::vector<std::int64_t>> kLlamaPrompts = {
+    {1, 17, 42, 99, 5, 63, 120}, {1, 8, 77, 31}, {1, 54}};
+
 const std::string kTinyBert = (headwise::test::golden_dir() / "minilm" / "tiny_bert").string();
 
 /// Ids are stored as float64.
@@ -51,23 +56,6 @@ Tensor<std::int64_t> load_ids(const std::string& path) {
     Tensor<std::int64_t> ids(d.shape());
     for (Index i = 0; i < d.numel(); ++i) ids.data()[i] = static_cast<std::int64_t>(d.data()[i]);
     return ids;
-}
-
-/// Three prompts of 7, 4 and 2 tokens, left-padded to 7: ids [3, 7], padding [3, 7].
-void padded_batch(Tensor<std::int64_t>& ids, Tensor<bool>& padding) {
-    const std::vector<std::vector<std::int64_t>> prompts = {
-        {1, 17, 42, 99, 5, 63, 120}, {1, 8, 77, 31}, {1, 54}};
-    const Index B = 3, L = 7;
-    ids = Tensor<std::int64_t>(Shape{B, L});
-    padding = Tensor<bool>(Shape{B, L});
-    for (Index b = 0; b < B; ++b) {
-        const auto& p = prompts[static_cast<std::size_t>(b)];
-        const Index pad = L - static_cast<Index>(p.size());
-        for (Index t = 0; t < L; ++t) {
-            padding.data()[b * L + t] = t < pad;
-            ids.data()[b * L + t] = t < pad ? 0 : p[static_cast<std::size_t>(t - pad)];
-        }
-    }
 }
 
 /// The rows [B, V] of logits [B, L, V] at position t, padding rows zeroed (their values are not
@@ -106,9 +94,7 @@ Tensor<float> decode_by_token(LlamaForCausalLM<float>& model, const Tensor<std::
 
 TEST_CASE("Llama logits in bf16 are within 2e-2 of float, every layer switched",
           "[models][llama][bf16]") {
-    Tensor<std::int64_t> ids;
-    Tensor<bool> padding;
-    padded_batch(ids, padding);
+    const auto [ids, padding] = headwise::models::left_pad(kLlamaPrompts);  // [3, 7] each
     std::vector<double> errors;
     for (const char* name : {"tied", "untied"})
         for (Projection projection : kProjections) {
@@ -144,9 +130,7 @@ TEST_CASE("Llama logits in bf16 are within 2e-2 of float, every layer switched",
 
 TEST_CASE("Llama decode in bf16 gives bf16's forward, and with a bf16 KV cache is within 1e-2",
           "[models][llama][bf16]") {
-    Tensor<std::int64_t> ids;
-    Tensor<bool> padding;
-    padded_batch(ids, padding);
+    const auto [ids, padding] = headwise::models::left_pad(kLlamaPrompts);  // [3, 7] each
     auto model = LlamaForCausalLM<float>::from_pretrained(llama_dir("untied"));
     model.with_precision(Precision::bf16);
     const Tensor<float> whole = model.forward(ids, padding);  // [3, 7, V]
@@ -170,9 +154,7 @@ TEST_CASE("Llama decode in bf16 gives bf16's forward, and with a bf16 KV cache i
 
 TEST_CASE("Llama's load_pretrained in bf16 takes bf16 copies of the new weights",
           "[models][llama][bf16]") {
-    Tensor<std::int64_t> ids;
-    Tensor<bool> padding;
-    padded_batch(ids, padding);
+    const auto [ids, padding] = headwise::models::left_pad(kLlamaPrompts);  // [3, 7] each
     const auto state =
         headwise::io::load_safetensors<float>(llama_dir("untied") + "/model.safetensors");
     auto loaded = LlamaForCausalLM<float>::from_pretrained(llama_dir("untied"));

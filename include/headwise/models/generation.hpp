@@ -31,6 +31,33 @@ struct GenerationOptions {
     std::vector<std::int64_t> stop_tokens;
 };
 
+/// A batch of prompts of different lengths, left-padded to the longest: ids [B, L] (the
+/// padding positions hold `pad_id`) and padding [B, L] (true where padded), as a causal model's
+/// decode takes them (its positions count only the tokens that are not padding).
+struct LeftPaddedBatch {
+    Tensor<std::int64_t> ids;
+    Tensor<bool> padding;
+};
+
+/// `prompts` left-padded to the longest; an empty list gives [0, 0] tensors, an empty prompt a
+/// row of padding only.
+inline LeftPaddedBatch left_pad(const std::vector<std::vector<std::int64_t>>& prompts,
+                                std::int64_t pad_id = 0) {
+    Index L = 0;
+    for (const auto& p : prompts) L = std::max(L, static_cast<Index>(p.size()));
+    const Index B = static_cast<Index>(prompts.size());
+    LeftPaddedBatch batch{Tensor<std::int64_t>(Shape{B, L}), Tensor<bool>(Shape{B, L})};
+    for (Index b = 0; b < B; ++b) {
+        const auto& p = prompts[static_cast<std::size_t>(b)];
+        const Index pad = L - static_cast<Index>(p.size());
+        for (Index t = 0; t < L; ++t) {
+            batch.padding.data()[b * L + t] = t < pad;
+            batch.ids.data()[b * L + t] = t < pad ? pad_id : p[static_cast<std::size_t>(t - pad)];
+        }
+    }
+    return batch;
+}
+
 /// The next token of one sequence from its logits row [V], as generate() chooses it; `rng` is
 /// that sequence's generator (drawn once per sampled token, never for greedy). Sampling, in
 /// double: z_v = logits_v / temperature; the ids are sorted by z descending (lower id first on
@@ -129,19 +156,10 @@ std::vector<std::vector<std::int64_t>> generate(
     if (options.max_new_tokens == 0) return out;
 
     // Prefill: the prompts left-padded (padding id 0, masked) in one decode.
-    Tensor<std::int64_t> ids(Shape{B, L});
-    Tensor<bool> padding(Shape{B, L});
-    for (Index b = 0; b < B; ++b) {
-        const auto& p = prompts[static_cast<std::size_t>(b)];
-        const Index pad = L - static_cast<Index>(p.size());
-        for (Index t = 0; t < L; ++t) {
-            padding.data()[b * L + t] = t < pad;
-            ids.data()[b * L + t] = t < pad ? 0 : p[static_cast<std::size_t>(t - pad)];
-        }
-    }
+    const LeftPaddedBatch prefill = left_pad(prompts);
     auto cache = model.make_cache(B, L + options.max_new_tokens - 1);
-    auto logits = model.decode(ids.view(), cache, padding.view());  // [B, L, V]
-    Index row_stride = L;                                           // logits rows per sequence
+    auto logits = model.decode(prefill.ids.view(), cache, prefill.padding.view());  // [B, L, V]
+    Index row_stride = L;  // logits rows per sequence
 
     std::vector<Generator> rngs;
     for (Index b = 0; b < B; ++b) rngs.emplace_back(options.seed + static_cast<std::uint64_t>(b));
