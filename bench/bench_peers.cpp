@@ -18,6 +18,8 @@
 //         peak <id>            -> "peak <kB>": the resident set one more call adds at its peak,
 //                                 above the process holding the module and its inputs (freed
 //                                 heap handed back first, VmHWM reset through clear_refs)
+//         info                 -> "info gemm=<cblas|eigen> openmp=<0|1> threads=<OpenMP's>
+//                                 blas_threads=<OpenBLAS's, 0 without it>": how this build runs
 //         free <id>, quit
 //   bench_peers --benchmark_list_tests=true   (the build's check that the program starts)
 //
@@ -158,6 +160,15 @@ int worker(int threads) {
                 times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
             }
             std::cout << "time " << median(times) << std::endl;
+        } else if (cmd == "info") {
+            int blas_threads = 0;
+#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+            blas_threads = openblas_get_num_threads();
+#endif
+            std::cout << "info gemm=" << headwise::ops::gemm_backend()
+                      << " openmp=" << HEADWISE_PARALLEL
+                      << " threads=" << headwise::detail::max_threads()
+                      << " blas_threads=" << blas_threads << std::endl;
         } else if (cmd == "peak") {
             Case& c = *cases.at(id);
             if (c.kind != "decode") c.y = Tensor<float>();  // decode writes into y

@@ -7,10 +7,18 @@ weights and inputs, 1 and 2 threads: training steps, inference, long sequences, 
     $HEADWISE_PEERS_PYTHON bench/peers.py --headwise <release build>/bench/bench_peers \
         [--rounds 5] [--long 4096 [16384]] [--work /tmp/headwise-peers] [--json out.json]
         [--png docs/bench_peers.png] [--quick] [--only-long] [--thread-counts 1 2]
+        [--headwise-omp <OpenMP build>/bench/bench_peers] [--headwise-plain <plain build>/bench_peers]
+        [--engines headwise headwise-omp torch-sdpa ...] [--shapes 8,128,512,8 ...] [--no-decode]
 
 Engines, each in worker processes of its own, one per thread count (1 and 2), float32, fused
 (packed) in-projection, self-attention (query = key = value), batch_first:
-  headwise    bench_peers (MultiheadAttention, the release build's CBLAS backend)
+  headwise    bench_peers (MultiheadAttention, the release build's CBLAS backend); on more than
+              one thread OpenBLAS's own threads parallelise each GEMM
+  headwise-omp  (with --headwise-omp) bench_peers of an OpenMP build (HEADWISE_USE_OPENMP=ON):
+              OpenMP threads over (batch, head) slices, GEMM row blocks and memory passes,
+              OpenBLAS at 1 thread per call; headwise's 2-thread configuration
+  headwise-plain  (with --headwise-plain) bench_peers built as a new user builds it
+              (bench/consumer: plain Release, headwise's default options, no -march)
   torch-mha   torch.nn.MultiheadAttention; inference in eval(), inference_mode, need_weights=False
               (its native fast path); causal as attn_mask + is_causal=True
   torch-sdpa  a layer on F.scaled_dot_product_attention (F.linear, SDPA with is_causal, F.linear):
@@ -25,7 +33,8 @@ VmHWM reset through /proc/self/clear_refs); decode: one token onto a KV cache of
 tokens (E = 512, H = 8), headwise's decode_into against torch-sdpa's step on a preallocated cache.
 Every round asks every worker in turn (the order rotating) for the median wall time of a few
 calls of every case; a result is the median over rounds. Outputs (y, and dx for training) of
-every engine are compared with headwise's (1 thread): max abs difference.
+every engine are compared with headwise's (1 thread): max abs difference. The ratio to the
+fastest peer takes headwise-omp's time at more than one thread when it runs, else headwise's.
 """
 
 import argparse
@@ -41,6 +50,8 @@ DEFAULT_SHAPES = [(8, 128, 512, 8), (1, 512, 768, 12), (32, 64, 256, 4), (4, 102
                   (1, 1, 512, 8)]
 CACHES = [128, 2048, 8192]
 ENGINES = ("headwise", "torch-mha", "torch-sdpa", "ort")
+HEADWISE_BUILDS = ("headwise", "headwise-omp", "headwise-plain")
+PEERS = ENGINES[1:]
 
 
 def status_kb(field):
@@ -276,6 +287,26 @@ def make_case(work, cid, kind, B, L, E, H, causal, cache, export_onnx):
     return d, info
 
 
+def build_config(binary):
+    """What the CMake cache next to a bench_peers says about its build (one or two levels up)."""
+    v = {}
+    here = os.path.dirname(os.path.abspath(binary))
+    for d in (here, os.path.dirname(here)):
+        cache = os.path.join(d, "CMakeCache.txt")
+        if not os.path.exists(cache):
+            continue
+        for line in open(cache):
+            key, _, value = line.strip().partition("=")
+            if key.startswith(("HEADWISE_BLAS:", "HEADWISE_USE_OPENMP:", "CMAKE_CXX_FLAGS:",
+                               "CMAKE_BUILD_TYPE:", "CMAKE_CXX_FLAGS_RELEASE:",
+                               "headwise_DIR:", "HEADWISE_SOURCE_DIR:")):
+                v[key.split(":")[0]] = value
+            elif key.startswith("BLAS_") and "_LIBRARY:" in key and value.startswith("/"):
+                v["blas_library"] = value
+        break
+    return v
+
+
 def versions(headwise_bin):
     import numpy
     import onnxruntime
@@ -311,7 +342,8 @@ def versions(headwise_bin):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", nargs="?", default="run", choices=["run", "worker"])
+    ap.add_argument("mode", nargs="?", default="run", choices=["run", "worker", "report"],
+                    help="report: print the tables (and --png) of a run's --json again")
     ap.add_argument("--headwise", help="bench_peers of a release build")
     ap.add_argument("--engine")
     ap.add_argument("--threads", type=int, default=1)
@@ -326,39 +358,72 @@ def main():
     ap.add_argument("--png")
     ap.add_argument("--quick", action="store_true", help="2 rounds, main shapes (8,128,512,8)")
     ap.add_argument("--only-long", action="store_true", help="the long-sequence cases alone")
+    ap.add_argument("--headwise-omp", help="bench_peers of an OpenMP build: engine headwise-omp")
+    ap.add_argument("--headwise-plain",
+                    help="bench_peers of a plain Release consumer build: engine headwise-plain")
+    ap.add_argument("--engines", nargs="+", help="only these engines (default: all available)")
+    ap.add_argument("--shapes", nargs="+",
+                    help="B,L,E,H of the default-shape cases (default: the five default shapes)")
+    ap.add_argument("--no-decode", action="store_true", help="leave out the decode steps")
+    ap.add_argument("--omp-wait-policy", default="PASSIVE",
+                    help="OMP_WAIT_POLICY of every worker (PASSIVE: idle workers' threads sleep "
+                         "instead of spinning on the shared cores); 'unset' leaves it unset")
     args = ap.parse_args()
     if args.mode == "worker":
         return py_worker(args.engine, args.threads)
+    if args.mode == "report":
+        if not args.json:
+            raise SystemExit("report needs --json <a run's JSON>")
+        with open(args.json) as f:
+            return report(json.load(f), args)
     if not args.headwise:
         raise SystemExit("--headwise <build>/bench/bench_peers is needed")
 
     import numpy as np
 
+    binaries = {"headwise": args.headwise, "headwise-omp": args.headwise_omp,
+                "headwise-plain": args.headwise_plain}
+    available = [e for e in HEADWISE_BUILDS if binaries[e]] + list(PEERS)
+    engines_run = [e for e in available if not args.engines or e in args.engines]
+    if args.engines and set(args.engines) - set(available):
+        raise SystemExit("unknown or unavailable engines: %s (available: %s)" % (
+            " ".join(sorted(set(args.engines) - set(available))), " ".join(available)))
+    if "headwise" not in engines_run:
+        raise SystemExit("--engines must include headwise (the reference of the comparisons)")
+    hw_run = [e for e in engines_run if e in HEADWISE_BUILDS]
+
+    def pick(engines):
+        return tuple(e for e in engines_run if e in hw_run or e in engines)
+
     ver = versions(args.headwise)
+    ver["builds"] = {e: build_config(binaries[e]) for e in hw_run}
     print("versions:", ver, flush=True)
     print("load before:", open("/proc/loadavg").read().strip(), flush=True)
     os.makedirs(args.work, exist_ok=True)
 
     # Phases: (name, rounds, [(cid, kind, B, L, E, H, causal, cache, engines)])
     shapes = DEFAULT_SHAPES[:1] if args.quick else DEFAULT_SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in sh.split(",")) for sh in args.shapes]
     rounds = 2 if args.quick else args.rounds
     phases = []
     main_cases = []
     for (B, L, E, H) in shapes:
         main_cases.append(("infer-%d-%d-%d-%d" % (B, L, E, H), "infer", B, L, E, H, 0, 0,
-                           ENGINES))
+                           pick(PEERS)))
         main_cases.append(("train-%d-%d-%d-%d" % (B, L, E, H), "train", B, L, E, H, 0, 0,
-                           ENGINES[:3]))
+                           pick(PEERS[:2])))
     if not args.only_long:
         phases.append(("default shapes", rounds, main_cases))
-        phases.append(("decode", rounds, [("decode-%d" % c, "decode", 1, 1, 512, 8, 0, c,
-                                           ("headwise", "torch-sdpa")) for c in CACHES]))
+        if not args.no_decode:
+            phases.append(("decode", rounds, [("decode-%d" % c, "decode", 1, 1, 512, 8, 0, c,
+                                               pick(("torch-sdpa",))) for c in CACHES]))
     for L in ([] if args.quick else args.long):
         for causal in (0, 1):
             cs = [("long-infer-%d-%s" % (L, "causal" if causal else "none"), "infer", 1, L, 512,
-                   8, causal, 0, ENGINES if L <= 4096 else ("headwise", "torch-sdpa")),
+                   8, causal, 0, pick(PEERS if L <= 4096 else ("torch-sdpa",))),
                   ("long-train-%d-%s" % (L, "causal" if causal else "none"), "train", 1, L, 512,
-                   8, causal, 0, ENGINES[:3] if L <= 4096 else ("headwise", "torch-sdpa"))]
+                   8, causal, 0, pick(PEERS[:2] if L <= 4096 else ("torch-sdpa",)))]
             phases.append(("long L=%d %s" % (L, "causal" if causal else "none"),
                            args.long_rounds if L <= 4096 else 1, cs))
 
@@ -366,14 +431,27 @@ def main():
     workers = {}
     for threads in args.thread_counts:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-                   MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+                   MKL_NUM_THREADS=str(threads))
+        if args.omp_wait_policy != "unset":
+            env["OMP_WAIT_POLICY"] = args.omp_wait_policy
         env.pop("OPENBLAS_CORETYPE", None)
-        for engine in ENGINES:
-            cmd = ([args.headwise, "worker", str(threads)] if engine == "headwise" else
-                   [sys.executable, me, "worker", "--engine", engine, "--threads", str(threads)])
-            workers[(engine, threads)] = Worker(engine, threads, cmd, env)
+        for engine in engines_run:
+            cmd = [sys.executable, me, "worker", "--engine", engine, "--threads", str(threads)]
+            wenv = env
+            if engine in HEADWISE_BUILDS:
+                cmd = [binaries[engine], "worker", str(threads)]
+            if engine == "headwise-omp":
+                # One threading runtime at a time: OpenMP's threads, the BLAS at 1 per call.
+                wenv = dict(env, OPENBLAS_NUM_THREADS="1")
+            workers[(engine, threads)] = Worker(engine, threads, cmd, wenv)
+            if engine in HEADWISE_BUILDS:
+                info = dict(kv.split("=") for kv in workers[(engine, threads)].ask("info")[1:])
+                ver["builds"][engine]["worker_%d" % threads] = info
+                print("%s/%d: %s" % (engine, threads, info), flush=True)
 
-    results = {"versions": ver, "cases": {}, "ort": {}}
+    results = {"versions": ver, "cases": {}, "ort": {}, "engines": engines_run,
+               "thread_counts": args.thread_counts,
+               "omp_wait_policy": args.omp_wait_policy}
     started = time.time()
     for name, nrounds, cases in phases:
         print("\n== %s (%d rounds) ==" % (name, nrounds), flush=True)
@@ -440,8 +518,23 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def headwise_at(engines, t):
+    """The headwise build a ratio to the peers takes at t threads: the OpenMP build above 1."""
+    return "headwise-omp" if t > 1 and "headwise-omp" in engines else "headwise"
+
+
+def round_ratios(c, a, b):
+    """Per-round time ratios a / b of one case (rounds interleave every worker, so the times of
+    one round index were taken side by side): (median, min, max)."""
+    ta, tb = c["times"].get(a, []), c["times"].get(b, [])
+    rs = [x / y for x, y in zip(ta, tb)]
+    return (med(rs), min(rs), max(rs)) if rs else (float("nan"),) * 3
+
+
 def report(res, args):
     cases = res["cases"]
+    engines = res.get("engines", list(ENGINES))
+    tcs = res.get("thread_counts", args.thread_counts)
     print("\n## ONNX Runtime's optimised graphs (ORT_ENABLE_ALL)")
     seen = set()
     for cid, info in res["ort"].items():
@@ -450,70 +543,96 @@ def report(res, args):
             continue
         seen.add(key)
         print("- %s: exported %s -> optimised %s" % (cid, info["exported"], info["optimised"]))
-    tcs = args.thread_counts
-    print("\n| case | threads | headwise ms | torch-mha ms | torch-sdpa ms | ort ms | "
-          "headwise / fastest peer | max abs diff (torch-mha, torch-sdpa, ort) |")
-    print("|---|---|---|---|---|---|---|---|")
+    others = [e for e in engines if e != "headwise"]
+    print("\n| case | threads | %s | headwise / fastest peer | max abs diff (%s) |" % (
+        " | ".join("%s ms" % e for e in engines), ", ".join(others)))
+    print("|---|---|%s---|---|" % ("---|" * len(engines)))
     rows = []
     for cid, c in cases.items():
         for t in tcs:
-            ms = {e: med(c["times"].get("%s/%d" % (e, t), [])) * 1e3 for e in ENGINES}
-            peers = [v for e, v in ms.items() if e != "headwise" and v == v]
-            ratio = ms["headwise"] / min(peers) if peers else float("nan")
+            ms = {e: med(c["times"].get("%s/%d" % (e, t), [])) * 1e3 for e in engines}
+            peers = [v for e, v in ms.items() if e in PEERS and v == v]
+            hw = ms[headwise_at(engines, t)]
+            ratio = hw / min(peers) if peers and hw == hw else float("nan")
             rows.append((cid, t, ms, ratio))
             diffs = []
-            for e in ENGINES[1:]:
+            for e in others:
                 dd = c["diff"].get("%s/%d" % (e, t))
                 diffs.append("-" if dd is None else "%.0e" % max(v for v in dd if v is not None))
             print("| %s | %d | %s | %.2f | %s |" % (
                 cid, t, " | ".join("-" if v != v else "%.3f" % v for v in ms.values()), ratio,
                 ", ".join(diffs)))
-    print("\n| long case | threads | headwise MiB | torch-mha MiB | torch-sdpa MiB | ort MiB |")
-    print("|---|---|---|---|---|---|")
-    for cid, c in cases.items():
-        if not c["peak_kB"]:
-            continue
-        for t in tcs:
-            print("| %s | %d | %s |" % (cid, t, " | ".join(
-                "%.0f" % (c["peak_kB"]["%s/%d" % (e, t)] / 1024) if "%s/%d" % (e, t) in
-                c["peak_kB"] else "-" for e in ENGINES)))
+    if any(c["peak_kB"] for c in cases.values()):
+        print("\n| long case | threads | %s |" % " | ".join("%s MiB" % e for e in engines))
+        print("|---|---|%s" % ("---|" * len(engines)))
+        for cid, c in cases.items():
+            if not c["peak_kB"]:
+                continue
+            for t in tcs:
+                print("| %s | %d | %s |" % (cid, t, " | ".join(
+                    "%.0f" % (c["peak_kB"]["%s/%d" % (e, t)] / 1024) if "%s/%d" % (e, t) in
+                    c["peak_kB"] else "-" for e in engines)))
     if len(tcs) == 2:
-        print("\n| case | headwise 2 threads / 1 thread speed-up | torch-mha | torch-sdpa | ort |")
-        print("|---|---|---|---|---|")
+        t1, t2 = tcs
+        omp = "headwise-omp" in engines
+        print("\n| case | speed-up %d -> %d threads: %s |%s" % (
+            t1, t2, " | ".join(engines),
+            " headwise-omp at %d / headwise at %d (per-round median, min-max) |" % (t2, t1)
+            if omp else ""))
+        print("|---|%s%s" % ("---|" * len(engines), "---|" if omp else ""))
         for cid, c in cases.items():
             sp = []
-            for e in ENGINES:
-                a = med(c["times"].get("%s/%d" % (e, tcs[0]), []))
-                b = med(c["times"].get("%s/%d" % (e, tcs[1]), []))
+            for e in engines:
+                a = med(c["times"].get("%s/%d" % (e, t1), []))
+                b = med(c["times"].get("%s/%d" % (e, t2), []))
                 sp.append("-" if a != a or b != b else "%.2f" % (a / b))
-            print("| %s | %s |" % (cid, " | ".join(sp)))
+            extra = ""
+            if omp:
+                r = round_ratios(c, "headwise/%d" % t1, "headwise-omp/%d" % t2)
+                extra = " %.2f (%.2f-%.2f) |" % r
+            print("| %s | %s |%s" % (cid, " | ".join(sp), extra))
+    if "headwise-plain" in engines:
+        print("\n| case | threads | headwise ms | headwise-plain ms | plain / release: of the "
+              "medians | per-round median (min-max) |")
+        print("|---|---|---|---|---|---|")
+        for cid, c in cases.items():
+            for t in tcs:
+                a = med(c["times"].get("headwise-plain/%d" % t, []))
+                b = med(c["times"].get("headwise/%d" % t, []))
+                if a != a or b != b:
+                    continue
+                print("| %s | %d | %.3f | %.3f | %.3f | %.3f (%.3f-%.3f) |" % (
+                    (cid, t, b * 1e3, a * 1e3, a / b) +
+                    round_ratios(c, "headwise-plain/%d" % t, "headwise/%d" % t)))
     if args.png:
-        plot(rows, args.png, res["versions"])
+        plot(rows, args.png, res["versions"], engines, tcs)
 
 
-def plot(rows, png, ver):
+def plot(rows, png, ver, engines, tcs):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
-    for ax, t in zip(axes, (1, 2)):
+    fig, axes = plt.subplots(1, len(tcs), figsize=(6.5 * len(tcs), 5.5), sharey=True,
+                             squeeze=False)
+    width = 0.8 / len(engines)
+    for ax, t in zip(axes[0], tcs):
         sel = [r for r in rows if r[1] == t]
         labels = [r[0] for r in sel]
-        width = 0.2
-        for i, e in enumerate(ENGINES):
-            vals = [r[2]["headwise"] / r[2][e] if r[2][e] == r[2][e] else 0 for r in sel]
-            ax.barh([k + (i - 1.5) * width for k in range(len(sel))],
-                    [1 / v if v else 0 for v in vals], height=width, label=e)
+        ref = headwise_at(engines, t)
+        for i, e in enumerate(engines):
+            vals = [r[2][e] / r[2][ref] if r[2][e] == r[2][e] else 0 for r in sel]
+            ax.barh([k + (i - (len(engines) - 1) / 2) * width for k in range(len(sel))],
+                    vals, height=width, label=e)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_yticks(range(len(sel)))
         ax.set_yticklabels(labels, fontsize=7)
         ax.invert_yaxis()
         ax.set_xscale("log")
-        ax.set_xlabel("engine time / headwise time (log; > 1: headwise faster)")
+        ax.set_xlabel("engine time / %s time (log; > 1: headwise faster)" % ref)
         ax.set_title("%d thread%s" % (t, "s" if t > 1 else ""))
-    axes[0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=8)
     fig.suptitle("MultiheadAttention, float, one interleaved run: torch %s, onnxruntime %s, "
                  "headwise on %s" % (ver.get("torch"), ver.get("onnxruntime"),
                                      "OpenBLAS " + ver.get("headwise_openblas", "?")),

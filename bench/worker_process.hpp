@@ -26,12 +26,16 @@ inline long status_kb(const std::string& field) {
     return -1;
 }
 
-/// Runs headwise's OpenMP loops and OpenBLAS's own threads on `n` threads.
+/// Runs the program on `n` threads: in an OpenMP build, headwise's OpenMP threads with OpenBLAS
+/// at one thread per call (one threading runtime at a time, see docs/performance.md); otherwise
+/// OpenBLAS's own threads, which parallelise each GEMM.
 inline void set_threads(int n) {
 #if HEADWISE_PARALLEL
     omp_set_num_threads(n);
-#endif
 #if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(1);
+#endif
+#elif HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
     openblas_set_num_threads(n);
 #endif
     static_cast<void>(n);

@@ -7,22 +7,32 @@
 #
 #   bash scripts/bench_peers.sh                    the whole set: about 15 minutes on 2 cores
 #   bash scripts/bench_peers.sh --quick            (8, 128, 512, 8) and the decode steps, 2 rounds
+#   bash scripts/bench_peers.sh --consumer         adds headwise-plain: the worker built as a new
+#                                                  user builds it, timed beside the release build
 #   bash scripts/bench_peers.sh -- --long 4096 16384   more bench/peers.py flags (--rounds, ...)
 #
 # Installs the peers once into the cached virtual environment of scripts/peers.sh (PyPI; never
-# in CI), builds bench/bench_peers in build/bench/peers (Release, -march=native, the default
-# HEADWISE_BLAS=AUTO: a CBLAS when found) or in $HEADWISE_PEERS_BUILD, and writes
-# build/bench/peers.json and build/bench/peers.png. The environment is scripts/bench_env.sh's.
+# in CI) and builds bench/bench_peers twice: in build/bench/peers (the release preset's flags:
+# Release, -march=native, the default HEADWISE_BLAS=AUTO, a CBLAS when found; the engine
+# headwise) and in build/bench/peers-omp (the same with HEADWISE_USE_OPENMP=ON: headwise-omp,
+# headwise's 2-thread configuration, OpenMP threads with the BLAS at 1 thread per call). With
+# --consumer, also bench/consumer against headwise installed from a default configuration
+# (plain -DCMAKE_BUILD_TYPE=Release, default options, no -march) in build/bench/peers-plain.
+# $HEADWISE_PEERS_BUILD, $HEADWISE_PEERS_OMP_BUILD and $HEADWISE_PEERS_PLAIN_BUILD move them;
+# $HEADWISE_BENCH_JOBS sets the build's parallel jobs (default 2). Writes build/bench/peers.json
+# and build/bench/peers.png. The environment is scripts/bench_env.sh's.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 declare -a extra=()
+consumer=0
 while (($# > 0)); do
     case "$1" in
         --quick) extra+=(--quick) ;;
+        --consumer) consumer=1 ;;
         --) shift; extra+=("$@"); break ;;
-        -h | --help) sed -n '3,15p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '3,25p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "headwise: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -32,12 +42,37 @@ done
 source scripts/peers.sh
 headwise_peers
 
+jobs="${HEADWISE_BENCH_JOBS:-2}"
 build="${HEADWISE_PEERS_BUILD:-build/bench/peers}"
-if [[ ! -f "${build}/CMakeCache.txt" ]]; then
-    cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=native \
-        -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=ON
+omp_build="${HEADWISE_PEERS_OMP_BUILD:-build/bench/peers-omp}"
+for dir in "${build}" "${omp_build}"; do
+    if [[ ! -f "${dir}/CMakeCache.txt" ]]; then
+        declare -a openmp=()
+        [[ "${dir}" == "${omp_build}" ]] && openmp=(-DHEADWISE_USE_OPENMP=ON)
+        cmake -S . -B "${dir}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=native \
+            -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF \
+            -DHEADWISE_BUILD_BENCHMARKS=ON ${openmp[@]+"${openmp[@]}"}
+    fi
+    cmake --build "${dir}" --target bench_peers -j"${jobs}"
+done
+extra=(--headwise-omp "${omp_build}/bench/bench_peers" ${extra[@]+"${extra[@]}"})
+
+if ((consumer)); then
+    # As a new user: headwise configured with its defaults and installed, then a project of
+    # one's own on find_package(headwise), plain Release, no flags.
+    plain="${HEADWISE_PEERS_PLAIN_BUILD:-build/bench/peers-plain}"
+    if [[ ! -f "${plain}/headwise/CMakeCache.txt" ]]; then
+        cmake -S . -B "${plain}/headwise" -DCMAKE_BUILD_TYPE=Release \
+            -DHEADWISE_BUILD_TESTS=OFF -DHEADWISE_BUILD_EXAMPLES=OFF -DHEADWISE_BUILD_BENCHMARKS=OFF
+    fi
+    cmake --install "${plain}/headwise" --prefix "${plain}/install"
+    if [[ ! -f "${plain}/consumer/CMakeCache.txt" ]]; then
+        cmake -S bench/consumer -B "${plain}/consumer" -DCMAKE_BUILD_TYPE=Release \
+            -DCMAKE_PREFIX_PATH="$(realpath -m "${plain}/install")"
+    fi
+    cmake --build "${plain}/consumer" -j"${jobs}"
+    extra=(--headwise-plain "${plain}/consumer/bench_peers" "${extra[@]}")
 fi
-cmake --build "${build}" --target bench_peers -j2
 
 mkdir -p build/bench
 # shellcheck source=scripts/bench_env.sh
