@@ -107,6 +107,9 @@ def py_worker(engine, threads):
             so = ort.SessionOptions()
             so.intra_op_num_threads = threads
             so.inter_op_num_threads = 1
+            if os.environ.get("HEADWISE_PEERS_POOLS", "sleep") == "sleep":
+                # Idle pool threads sleep instead of spinning on the cores the next worker needs.
+                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             sess = ort.InferenceSession(os.path.join(d, "mha.onnx"), so,
                                         providers=["CPUExecutionProvider"])
@@ -368,6 +371,12 @@ def main():
     ap.add_argument("--omp-wait-policy", default="PASSIVE",
                     help="OMP_WAIT_POLICY of every worker (PASSIVE: idle workers' threads sleep "
                          "instead of spinning on the shared cores); 'unset' leaves it unset")
+    ap.add_argument("--pools", choices=["sleep", "spin"], default="sleep",
+                    help="sleep (default): every engine's idle thread pool sleeps between calls "
+                         "(OMP_WAIT_POLICY as above, OPENBLAS_THREAD_TIMEOUT=4, ONNX Runtime's "
+                         "session.intra_op.allow_spinning=0), so that a pool left spinning after "
+                         "its call does not take a core from the next worker; spin: the engines' "
+                         "defaults")
     args = ap.parse_args()
     if args.mode == "worker":
         return py_worker(args.engine, args.threads)
@@ -434,6 +443,11 @@ def main():
                    MKL_NUM_THREADS=str(threads))
         if args.omp_wait_policy != "unset":
             env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+        env["HEADWISE_PEERS_POOLS"] = args.pools
+        if args.pools == "sleep":
+            # OpenBLAS's pthreads server polls for 2^28 cycles (about 0.1 s) after a call before
+            # its threads sleep; 2^4 cycles makes them sleep at once.
+            env["OPENBLAS_THREAD_TIMEOUT"] = "4"
         env.pop("OPENBLAS_CORETYPE", None)
         for engine in engines_run:
             cmd = [sys.executable, me, "worker", "--engine", engine, "--threads", str(threads)]
@@ -451,7 +465,7 @@ def main():
 
     results = {"versions": ver, "cases": {}, "ort": {}, "engines": engines_run,
                "thread_counts": args.thread_counts,
-               "omp_wait_policy": args.omp_wait_policy}
+               "omp_wait_policy": args.omp_wait_policy, "pools": args.pools}
     started = time.time()
     for name, nrounds, cases in phases:
         print("\n== %s (%d rounds) ==" % (name, nrounds), flush=True)
