@@ -16,6 +16,7 @@
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
+#include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
 #include "support/projections.hpp"
 
@@ -128,22 +129,17 @@ TEMPLATE_TEST_CASE("KV-cache decode token by token gives the forward's logits", 
     const Tensor<T> whole = model.forward(ids, padding);               // [3, 7, V]
     const Index B = ids.size(0), L = ids.size(1), V = whole.size(2);
     auto cache = model.make_cache(B, L);
-    for (Index t = 0; t < L; ++t) {
-        Tensor<std::int64_t> one(Shape{B, 1});
-        Tensor<bool> pad(Shape{B, 1});
-        for (Index b = 0; b < B; ++b) {
-            one.data()[b] = ids.data()[b * L + t];
-            pad.data()[b] = padding.data()[b * L + t];
-        }
-        const Tensor<T> step = model.decode(one, cache, pad);  // [B, 1, V]
-        for (Index b = 0; b < B; ++b) {
-            if (pad.data()[b]) continue;
-            for (Index v = 0; v < V; ++v)
-                REQUIRE(std::abs(static_cast<double>(step.data()[b * V + v]) -
-                                 static_cast<double>(whole.data()[(b * L + t) * V + v])) <=
+    const Tensor<T> stepped = headwise::test::decode_by_token<T>(model, ids, padding, cache);
+    for (Index b = 0; b < B; ++b)
+        for (Index t = 0; t < L; ++t) {
+            if (padding.data()[b * L + t]) continue;
+            for (Index v = 0; v < V; ++v) {
+                const Index i = (b * L + t) * V + v;
+                REQUIRE(std::abs(static_cast<double>(stepped.data()[i]) -
+                                 static_cast<double>(whole.data()[i])) <=
                         (sizeof(T) == 4 ? 1e-5 : 1e-12));
+            }
         }
-    }
     CHECK(cache.size() == L);
 }
 

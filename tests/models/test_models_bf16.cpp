@@ -17,6 +17,7 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
@@ -70,26 +71,6 @@ Tensor<float> position(const Tensor<float>& logits, Index t, const Tensor<bool>&
     return out;
 }
 
-/// Decodes ids [B, L] one token at a time into `cache`: the logits [B, L, V].
-template <class Cache>
-Tensor<float> decode_by_token(LlamaForCausalLM<float>& model, const Tensor<std::int64_t>& ids,
-                              const Tensor<bool>& padding, Cache& cache) {
-    const Index B = ids.size(0), L = ids.size(1), V = model.config().vocab_size;
-    Tensor<float> out(Shape{B, L, V});
-    for (Index t = 0; t < L; ++t) {
-        Tensor<std::int64_t> one(Shape{B, 1});
-        Tensor<bool> pad(Shape{B, 1});
-        for (Index b = 0; b < B; ++b) {
-            one.data()[b] = ids.data()[b * L + t];
-            pad.data()[b] = padding.data()[b * L + t];
-        }
-        const Tensor<float> step = model.decode(one, cache, pad);  // [B, 1, V]
-        for (Index b = 0; b < B; ++b)
-            for (Index v = 0; v < V; ++v) out.data()[(b * L + t) * V + v] = step.data()[b * V + v];
-    }
-    return out;
-}
-
 }  // namespace
 
 TEST_CASE("Llama logits in bf16 are within 2e-2 of float, every layer switched",
@@ -137,11 +118,12 @@ TEST_CASE("Llama decode in bf16 gives bf16's forward, and with a bf16 KV cache i
     const Index B = ids.size(0), L = ids.size(1);
 
     auto cache = model.make_cache(B, L);
-    const Tensor<float> steps = decode_by_token(model, ids, padding, cache);
+    const Tensor<float> steps = headwise::test::decode_by_token<float>(model, ids, padding, cache);
     auto half = model.make_cache(B, L, Precision::bf16);
     for (const auto& c : half.layers) CHECK(c.precision() == Precision::bf16);
     CHECK(half.layers.front().memory_bytes() * 2 == cache.layers.front().memory_bytes());
-    const Tensor<float> steps_half = decode_by_token(model, ids, padding, half);
+    const Tensor<float> steps_half =
+        headwise::test::decode_by_token<float>(model, ids, padding, half);
     for (Index t = 0; t < L; ++t) {
         CAPTURE(t);
         const Tensor<float> want = position(whole, t, padding);
