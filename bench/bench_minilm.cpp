@@ -4,8 +4,9 @@
 //
 //   bench_minilm load <model_dir> [repeats]
 //       from_pretrained, `repeats` times (default 20): median and min wall time, peak RSS.
-//   bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt>
-//       loads the model, then answers lines on stdin:
+//   bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt> [bf16]
+//       loads the model (with bf16: switched to bf16 inference, the float weights released),
+//       then answers lines on stdin:
 //         run <b1|b32> <calls>   -> "time <median seconds per call over the calls>"
 //         mem                    -> "mem <peak RSS kB (VmHWM)> <RSS kB before the model>"
 //         quit
@@ -84,10 +85,12 @@ headwise::text::BertBatch read_batch(const std::string& path) {
     return b;
 }
 
-int worker(const std::string& dir, int threads, const std::string& b1, const std::string& b32) {
+int worker(const std::string& dir, int threads, const std::string& b1, const std::string& b32,
+           bool bf16) {
     set_threads(threads);
     const long baseline = status_kb("VmRSS");
     auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
+    if (bf16) embedder.with_precision(headwise::Precision::bf16);
     const headwise::text::BertBatch batches[2] = {read_batch(b1), read_batch(b32)};
     std::cout << "ready" << std::endl;
     std::string line;
@@ -130,15 +133,16 @@ int main(int argc, char** argv) {
 #else
     try {
         if (mode == "load" && argc >= 3) return load(argv[2], argc > 3 ? std::atoi(argv[3]) : 20);
-        if (mode == "worker" && argc == 6)
-            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
+        if (mode == "worker" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "bf16")))
+            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5], argc == 7);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_minilm: %s\n", e.what());
         return 1;
     }
     std::fprintf(stderr,
                  "usage: bench_minilm load <model_dir> [repeats]\n"
-                 "       bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt>\n");
+                 "       bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt> "
+                 "[bf16]\n");
     return 2;
 #endif
 }

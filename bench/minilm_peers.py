@@ -4,7 +4,8 @@
 ONNX Runtime and CTranslate2, interleaved in one run, with the peak memory of each.
 
     $HEADWISE_PEERS_PYTHON bench/minilm_peers.py --model <model_dir> \
-        --headwise <release build>/bench/bench_minilm [--rounds 7] [--work /tmp/minilm-bench]
+        --headwise <release build>/bench/bench_minilm [--rounds 7] [--work /tmp/minilm-bench] \
+        [--threads 1 2] [--bf16]
 
 Every engine runs in worker processes of its own, one per thread count (1 and 2), so that each
 process's memory is that engine's alone. The driver asks the workers in turn, round after round,
@@ -13,6 +14,12 @@ batch 32 x 128 tokens (no padding). A call is encoder + mean pooling + L2 normal
 tokenizer is not timed (the ids are given). The result per engine and case is the median over
 the rounds. Peak memory: each worker's peak RSS (VmHWM) at the end, and that minus its RSS after
 its imports, before the model was loaded.
+
+--bf16 adds the engines' bfloat16 inference beside: headwise-bf16 (`with_precision(Precision::bf16,
+FloatWeights::release)`: bf16 weights only, products accumulated in float) and torch-bf16 (the
+SentenceTransformer converted with `.to(torch.bfloat16)`, the embedding widened to float).
+CTranslate2 refuses compute_type="bfloat16" on a CPU without bf16 instructions, and ONNX
+Runtime's CPU provider has no bf16 MatMul; where CTranslate2 accepts it, ct2-bf16 is added.
 """
 
 import argparse
@@ -66,7 +73,7 @@ def worker(args):
     engine, threads = args.engine, args.threads
     import numpy as np
 
-    if engine == "torch":
+    if engine in ("torch", "torch-bf16"):
         import torch
         from sentence_transformers import SentenceTransformer
 
@@ -74,6 +81,8 @@ def worker(args):
         torch.set_num_interop_threads(1)
         baseline = rss_kb()
         model = SentenceTransformer(args.model, device="cpu")
+        if engine == "torch-bf16":
+            model = model.to(torch.bfloat16)
         model.eval()
 
         def make(ids):
@@ -85,7 +94,7 @@ def worker(args):
 
             def call():
                 with torch.inference_mode():
-                    return model(feats)["sentence_embedding"]
+                    return model(feats)["sentence_embedding"].float()
 
             return call
 
@@ -108,11 +117,12 @@ def worker(args):
             }
             return lambda: sess.run(None, feeds)[0]
 
-    elif engine == "ct2":
+    elif engine in ("ct2", "ct2-bf16"):
         import ctranslate2
 
         baseline = rss_kb()
-        enc = ctranslate2.Encoder(args.ct2, device="cpu", compute_type="float32",
+        enc = ctranslate2.Encoder(args.ct2, device="cpu",
+                                  compute_type="bfloat16" if engine == "ct2-bf16" else "float32",
                                   intra_threads=threads, inter_threads=1)
 
         def make(ids):
@@ -278,13 +288,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--work", default="/tmp/minilm-bench")
     ap.add_argument("--engine")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                    help="thread counts to run (a worker's own: one)")
+    ap.add_argument("--bf16", action="store_true", help="add the engines' bf16 inference")
     ap.add_argument("--b1")
     ap.add_argument("--b32")
     ap.add_argument("--onnx")
     ap.add_argument("--ct2")
     args = ap.parse_args()
     if args.mode == "worker":
+        args.threads = args.threads[0]
         return worker(args)
 
     onnx_path, ct2_dir, info = prepare(args)
@@ -304,12 +317,26 @@ def main():
           info["ort_bert_ops"])
 
     me = os.path.abspath(__file__)
+    engines = ["torch", "ort", "ort-bert", "ct2"]
+    if args.bf16:
+        engines.append("torch-bf16")
+        import ctranslate2
+
+        if "bfloat16" in ctranslate2.get_supported_compute_types("cpu"):
+            engines.append("ct2-bf16")
+        else:
+            print("ct2-bf16: not run, CTranslate2 supports %s on this CPU"
+                  % sorted(ctranslate2.get_supported_compute_types("cpu")))
     workers = []
-    for threads in (1, 2):
+    for threads in args.threads:
         if args.headwise:
             workers.append(Worker("headwise", threads,
                                   [args.headwise, "worker", args.model, str(threads), b1, b32]))
-        for engine in ("torch", "ort", "ort-bert", "ct2"):
+            if args.bf16:
+                workers.append(Worker("headwise-bf16", threads,
+                                      [args.headwise, "worker", args.model, str(threads), b1, b32,
+                                       "bf16"]))
+        for engine in engines:
             env_cmd = [sys.executable, me, "worker", "--model", args.model, "--engine", engine,
                        "--threads", str(threads), "--b1", b1, "--b32", b32, "--onnx", onnx_path,
                        "--ct2", ct2_dir]
