@@ -13,9 +13,30 @@ namespace headwise {
 /// 1e-2 relative. See docs/precision.md.
 enum class Precision { float32, bf16 };
 
+/// What with_precision(Precision::bf16, ...) does with a float module's weight matrices (those
+/// its bf16 products multiply by: Linear's weight, MultiheadAttention's in- and out-projection
+/// weights). keep (the default): the float weights, their gradients and every view of them
+/// stay; the bf16 copies come on top (1.5x the float weights' bytes), and the module trains in
+/// mixed precision. release: for inference only. The bf16 copies are taken as with keep, then
+/// the float weight matrices and their gradient buffers are freed, so those weights take half
+/// the bytes of float (biases, norms and embeddings stay float). Forward, decode and the KV
+/// caches give the results of a module switched with keep, bit for bit; every call that would
+/// need a released float weight (backward, parameters(), state_dict(), load_state_dict(),
+/// zero_grad(), the weight accessors, with_precision(Precision::bf16, FloatWeights::keep), ...)
+/// throws std::logic_error naming itself before anything changes.
+/// with_precision(Precision::float32) brings float weights back, widened exactly from the bf16
+/// values: trainable again, but the rounding to bf16 is not undone. With Precision::float32
+/// the argument is not read. See docs/precision.md.
+enum class FloatWeights { keep, release };
+
 /// "float32" or "bf16".
 constexpr const char* to_string(Precision p) noexcept {
     return p == Precision::bf16 ? "bf16" : "float32";
+}
+
+/// "keep" or "release".
+constexpr const char* to_string(FloatWeights w) noexcept {
+    return w == FloatWeights::release ? "release" : "keep";
 }
 
 }  // namespace headwise

@@ -1,14 +1,37 @@
 // SPDX-License-Identifier: MIT
-// check_precision: the argument check of every composite module's with_precision.
+// check_precision: the argument checks of every module's with_precision, and the error of a call
+// that needs float weights released by with_precision(Precision::bf16, FloatWeights::release).
 #pragma once
 
-#include <string>       // std::to_string
+#include <stdexcept>    // std::logic_error
+#include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v
 
 #include "../error.hpp"
 #include "../precision.hpp"
 
 namespace headwise::detail {
+
+/// Throws std::logic_error "<function>: the float weights were released by
+/// with_precision(Precision::bf16, FloatWeights::release); <need>".
+[[noreturn]] inline void throw_float_weights_released(const std::string& function,
+                                                      const std::string& need) {
+    throw std::logic_error(function +
+                           ": the float weights were released by with_precision(Precision::bf16, "
+                           "FloatWeights::release); " +
+                           need);
+}
+
+/// throw_float_weights_released(function, need) when `released`.
+inline void check_float_weights(const std::string& function, bool released,
+                                const std::string& need) {
+    if (released) throw_float_weights_released(function, need);
+}
+
+/// What a call that reads or writes float weights says when they are released.
+inline std::string restore_hint(const std::string& what) {
+    return what + " (with_precision(Precision::float32) brings them back, widened from bf16)";
+}
 
 /// Throws std::invalid_argument naming `function` and its argument "precision" unless
 /// `precision` is a Precision enumerator and, for Precision::bf16, T is float (bf16 is for float
@@ -22,6 +45,24 @@ void check_precision(const char* function, Precision precision) {
     if (precision == Precision::bf16 && !std::is_same_v<T, float>)
         throw_invalid_argument(function, "precision", "Precision::float32 for a double module",
                                "Precision::bf16 (bf16 is for float modules)");
+}
+
+/// The same, and std::invalid_argument unless `float_weights` is a FloatWeights enumerator;
+/// then, when the module's float weights are released (`released`), std::logic_error for
+/// Precision::bf16 with FloatWeights::keep (the float weights it would keep are gone). All
+/// before anything changes.
+template <class T>
+void check_precision(const char* function, Precision precision, FloatWeights float_weights,
+                     bool released) {
+    check_precision<T>(function, precision);
+    if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
+        throw_invalid_argument(function, "float_weights",
+                               "FloatWeights::keep or FloatWeights::release",
+                               std::to_string(static_cast<int>(float_weights)));
+    if (released && precision == Precision::bf16 && float_weights == FloatWeights::keep)
+        throw_float_weights_released(function,
+                                     "FloatWeights::keep needs them (call "
+                                     "with_precision(Precision::float32) first to train again)");
 }
 
 }  // namespace headwise::detail

@@ -4,6 +4,7 @@
 
 #include <cmath>        // std::sqrt
 #include <cstddef>      // std::size_t
+#include <stdexcept>    // std::logic_error
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::conditional_t, std::is_const_v, std::is_same_v
 #include <utility>      // std::move, std::pair
@@ -11,6 +12,7 @@
 
 #include "../bf16.hpp"
 #include "../config.hpp"
+#include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
 #include "../ops/gemm_bf16.hpp"
@@ -75,19 +77,46 @@ public:
     /// The float weight, bias and gradients stay as they are (parameters(), state_dict(),
     /// optimisers built on them keep working), so the copy adds half the weight's bytes
     /// (memory_bytes()). Precision::float32 drops the copy. Throws std::invalid_argument for
-    /// bf16 on Linear<double>, or a value that is no Precision enumerator.
-    Linear& with_precision(Precision precision);
+    /// bf16 on Linear<double>, or a value that is no Precision (FloatWeights) enumerator.
+    ///
+    /// FloatWeights::release (with bf16; inference only): the copy is taken as above, then the
+    /// float weight and its gradient buffer are freed, so memory_bytes() counts 2 bytes per
+    /// weight (exactly half of float without bias); the bias and its gradient stay float. From
+    /// then on, per call:
+    ///   forward, forward_into   work, in either mode: they multiply by the bf16 copy, which
+    ///                           equals the rounded float weight a keep-mode module would
+    ///                           multiply by (nothing can change it), so results are those of
+    ///                           keep, bit for bit
+    ///   train(), eval()         work (switch the mode; no copy is taken anew)
+    ///   backward, backward_into, weight(), grad_weight(), take_weight(), parameters(),
+    ///   state_dict(), grad_dict(), load_state_dict(), zero_grad(), parameter_count()
+    ///                           throw std::logic_error naming the call (the parameter views of
+    ///                           the module contract name "headwise::Linear::visit_parameters")
+    ///                           before anything changes
+    ///   bias(), grad_bias(), take_bias(), memory_bytes()   work (has_grad_buffers() is false)
+    ///   with_precision(bf16, release)   does nothing more; with_precision(bf16, keep) throws
+    ///                           std::logic_error
+    ///   with_precision(float32) the float weight widened exactly from the bf16 copy and a zero
+    ///                           weight gradient: a trainable float layer again, whose weight
+    ///                           keeps the bf16 rounding (it is not undone)
+    /// Views of the weight or its gradient taken before the release (weight(), parameters(), an
+    /// optimiser's) dangle afterwards, as after take_weight().
+    Linear& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep);
     Precision precision() const noexcept { return precision_; }
+    /// Whether with_precision(Precision::bf16, FloatWeights::release) freed the float weight.
+    bool float_weights_released() const noexcept { return released_; }
     /// Training or evaluation mode (Module::train), also when a parent module switches it. In
     /// Precision::bf16, switching to evaluation mode takes a new bf16 copy of the weight, so that
-    /// evaluation after training steps reads the current weight.
+    /// evaluation after training steps reads the current weight (not with released float
+    /// weights: the copy is all there is).
     void train(bool on = true) {
         Module<Linear<T>, T>::train(on);
         if (!on) refresh_bf16_copy();
     }
     void eval() { train(false); }
-    /// Bytes of the parameters as stored: the weight, its bf16 copy in Precision::bf16 (2 bytes
-    /// per element) and the bias; gradients not counted.
+    /// Bytes of the parameters as stored: the float weight (unless released), its bf16 copy in
+    /// Precision::bf16 (2 bytes per element) and the bias; gradients not counted. Float:
+    /// 4 (out in + out); bf16 keep: 6 out in + 4 out; bf16 release: 2 out in + 4 out.
     std::size_t memory_bytes() const noexcept {
         return sizeof(T) * static_cast<std::size_t>(weight_.numel() + bias_.numel()) +
                sizeof(BFloat16) * weight_bf16_.size();
@@ -101,12 +130,26 @@ public:
     /// Without bias, bias() and grad_bias() are empty (shape [0]). On a layer constructed
     /// uninitialized, the first call that needs the gradients (these accessors, parameters(),
     /// backward) allocates them; that first call is not safe concurrently with another.
-    TensorView<T> weight() noexcept { return weight_.view(); }
-    TensorView<const T> weight() const noexcept { return weight_.view(); }
+    /// weight() and grad_weight() throw std::logic_error when the float weights are released
+    /// (see with_precision).
+    TensorView<T> weight() {
+        check_weights("headwise::Linear::weight");
+        return weight_.view();
+    }
+    TensorView<const T> weight() const {
+        check_weights("headwise::Linear::weight");
+        return weight_.view();
+    }
     TensorView<T> bias() noexcept { return bias_.view(); }
     TensorView<const T> bias() const noexcept { return bias_.view(); }
-    TensorView<T> grad_weight() { return grads().first.view(); }
-    TensorView<const T> grad_weight() const { return grads().first.view(); }
+    TensorView<T> grad_weight() {
+        check_weights("headwise::Linear::grad_weight");
+        return grads().first.view();
+    }
+    TensorView<const T> grad_weight() const {
+        check_weights("headwise::Linear::grad_weight");
+        return grads().first.view();
+    }
     TensorView<T> grad_bias() { return grads().second.view(); }
     TensorView<const T> grad_bias() const { return grads().second.view(); }
     /// Whether the gradient buffers exist (always, unless constructed uninitialized and not
@@ -117,8 +160,10 @@ public:
     /// loader that owns the checkpoint's tensors). Throws shape_error naming the function and
     /// the argument, before any change, unless `w` has the parameter's shape (take_bias: a
     /// layer with a bias). Views of the replaced parameter (from weight(), parameters(), ...)
-    /// no longer refer to the layer's.
+    /// no longer refer to the layer's. take_weight throws std::logic_error when the float
+    /// weights are released (see with_precision).
     void take_weight(Tensor<T>&& w) {
+        check_weights("headwise::Linear::take_weight");
         detail::check_shape("headwise::Linear::take_weight", "weight", w.shape(), weight_.shape());
         weight_ = std::move(w);
     }
@@ -133,6 +178,7 @@ public:
     /// "weight" [out, in] and "bias" [out] (if any) with their gradients, in torch's order.
     template <class Self, class Visit>
     static void visit_parameters(Self& m, Visit&& visit) {
+        m.check_weights("headwise::Linear::visit_parameters");
         m.grads();
         // The gradients of a const layer are visited const, as its values are.
         using Grad = std::conditional_t<std::is_const_v<Self>, const Tensor<T>&, Tensor<T>&>;
@@ -154,17 +200,26 @@ private:
         s[s.rank() - 1] = out_features_;
         return s;
     }
-    /// The weight rounded into its bf16 copy again, in Precision::bf16.
+    /// Throws std::logic_error naming `function` when the float weights are released.
+    void check_weights(const char* function) const {
+        detail::check_float_weights(
+            function, released_,
+            detail::restore_hint("this call needs the float weight (the layer is inference-only)"));
+    }
+    /// The weight rounded into its bf16 copy again, in Precision::bf16 (with a float weight).
     void refresh_bf16_copy() {
         if constexpr (std::is_same_v<T, float>)
-            if (precision_ == Precision::bf16)
+            if (precision_ == Precision::bf16 && !released_)
                 to_bf16(weight_.data(), weight_bf16_.data(), weight_.numel());
     }
     void forward_unchecked(TensorView<const T> x, TensorView<T> y) const;
     void backward_unchecked(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx);
     /// The gradient buffers, allocated (zero) if they are not yet.
+    /// With released float weights only the bias's (the weight's is gone for good).
     std::pair<Tensor<T>&, Tensor<T>&> grads() const {
-        if (grad_weight_.numel() == 0) {
+        if (released_) {
+            if (grad_bias_.shape() != bias_.shape()) grad_bias_ = Tensor<T>(bias_.shape());
+        } else if (grad_weight_.numel() == 0) {
             grad_weight_ = Tensor<T>(weight_.shape());
             grad_bias_ = Tensor<T>(bias_.shape());
         }
@@ -175,8 +230,9 @@ private:
     Index out_features_;
     bool has_bias_;
     Precision precision_ = Precision::float32;
+    bool released_ = false;              // weight_ and grad_weight_ freed (bf16, release)
     std::vector<BFloat16> weight_bf16_;  // [out, in] in bf16 mode, else empty
-    Tensor<T> weight_;                   // [out, in]
+    Tensor<T> weight_;                   // [out, in]; [0, 0] when released
     Tensor<T> bias_;                     // [out], or [0] without bias
     // Mutable: a layer constructed uninitialized allocates them on first use, which may be a
     // const call (parameters() const, grad_dict()).
@@ -231,12 +287,27 @@ void Linear<T>::forward_into(TensorView<const T> x, TensorView<T> y) const {
 }
 
 template <class T>
-Linear<T>& Linear<T>::with_precision(Precision precision) {
+Linear<T>& Linear<T>::with_precision(Precision precision, FloatWeights float_weights) {
     constexpr const char* fn = "headwise::Linear::with_precision";
     if (precision != Precision::float32 && precision != Precision::bf16)
         throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
                                std::to_string(static_cast<int>(precision)));
+    if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
+        throw_invalid_argument(fn, "float_weights", "FloatWeights::keep or FloatWeights::release",
+                               std::to_string(static_cast<int>(float_weights)));
+    const Shape w_shape{out_features_, in_features_};
     if (precision == Precision::float32) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (released_) {  // the bf16 values widened (exact): the rounding stays
+                Tensor<T> w = Tensor<T>::uninitialized(w_shape);
+                to_float(weight_bf16_.data(), w.data(), w.numel());
+                Tensor<T> grad(w_shape);  // zero
+                if (grad_bias_.shape() != bias_.shape()) grad_bias_ = Tensor<T>(bias_.shape());
+                weight_ = std::move(w);
+                grad_weight_ = std::move(grad);
+                released_ = false;
+            }
+        }
         weight_bf16_ = std::vector<BFloat16>();
         precision_ = precision;
         return *this;
@@ -245,11 +316,23 @@ Linear<T>& Linear<T>::with_precision(Precision precision) {
         throw_invalid_argument(fn, "precision", "Precision::float32 for a Linear<double>",
                                "Precision::bf16 (bf16 is for float modules)");
     } else {
+        if (released_) {  // the copy is all there is: nothing to round, nothing to free
+            if (float_weights == FloatWeights::keep)
+                detail::throw_float_weights_released(
+                    fn, "FloatWeights::keep needs them (call with_precision(Precision::float32) "
+                        "first to train again)");
+            return *this;
+        }
         const Index n = out_features_ * in_features_;
         std::vector<BFloat16> copy(static_cast<std::size_t>(n));
         to_bf16(weight_.data(), copy.data(), n);  // [out, in], rounded once
         weight_bf16_ = std::move(copy);
         precision_ = precision;
+        if (float_weights == FloatWeights::release) {  // the storage itself, not just the size
+            weight_ = Tensor<T>(Shape{0, 0});
+            grad_weight_ = Tensor<T>(Shape{0, 0});
+            released_ = true;
+        }
     }
     return *this;
 }
@@ -260,11 +343,12 @@ void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const 
         if (precision_ == Precision::bf16) {
             // Products in bf16 with float accumulation; the buffers are the call's own, so
             // const forwards may run at the same time. Training: the current float weight,
-            // rounded here (an optimiser changes it every step); evaluation: the copy.
+            // rounded here (an optimiser changes it every step); evaluation, or a released
+            // float weight (which nothing can change): the copy.
             ops::Bf16LinearWorkspace workspace;
             std::vector<BFloat16> current;
             const ops::ConstBf16Matrix w =
-                this->is_training()
+                this->is_training() && !released_
                     ? ops::rounded_to_bf16(weight_.matrix(), current)
                     : ops::ConstBf16Matrix(weight_bf16_.data(), out_features_, in_features_);
             ops::linear_forward_bf16(x.matrix(), w, has_bias_ ? bias_.data() : nullptr, y.matrix(),
@@ -280,6 +364,7 @@ void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const 
 template <class T>
 Tensor<T> Linear<T>::backward(TensorView<const T> x, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::Linear::backward";
+    check_weights(fn);
     detail::check_last_dim(fn, "input", x.shape(), in_features_);
     detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));
     Tensor<T> dx(x.shape());  // [..., in], zero: backward_unchecked accumulates
@@ -290,6 +375,7 @@ Tensor<T> Linear<T>::backward(TensorView<const T> x, TensorView<const T> dy) {
 template <class T>
 void Linear<T>::backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx) {
     constexpr const char* fn = "headwise::Linear::backward_into";
+    check_weights(fn);
     detail::check_last_dim(fn, "input", x.shape(), in_features_);
     detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));
     detail::check_shape(fn, "grad_input", dx.shape(), x.shape());

@@ -95,15 +95,28 @@ public:
     /// mode, call with_precision(Precision::bf16) again;
     /// Precision::float32 returns the three to float. Throws std::invalid_argument for bf16 on a
     /// SwiGLU<double>, or a value that is no Precision enumerator, before any Linear changes.
-    SwiGLU& with_precision(Precision precision) {
-        detail::check_precision<T>("headwise::SwiGLU::with_precision", precision);
-        gate_proj_.with_precision(precision);
-        up_proj_.with_precision(precision);
-        down_proj_.with_precision(precision);
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward gives the results of keep bit for bit;
+    /// backward, parameters(), state_dict() and load_state_dict() throw std::logic_error before
+    /// anything changes; with_precision(Precision::bf16, FloatWeights::keep) throws
+    /// std::logic_error; with_precision(Precision::float32) brings float weights back, widened
+    /// from bf16.
+    SwiGLU& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
+        detail::check_precision<T>("headwise::SwiGLU::with_precision", precision, float_weights,
+                                   float_weights_released());
+        gate_proj_.with_precision(precision, float_weights);
+        up_proj_.with_precision(precision, float_weights);
+        down_proj_.with_precision(precision, float_weights);
         precision_ = precision;
         return *this;
     }
     Precision precision() const noexcept { return precision_; }
+    /// Whether any of the three Linears' float weights are released.
+    bool float_weights_released() const noexcept {
+        return gate_proj_.float_weights_released() || up_proj_.float_weights_released() ||
+               down_proj_.float_weights_released();
+    }
 
     Index hidden_size() const noexcept { return E_; }
     Index intermediate_size() const noexcept { return I_; }
@@ -205,6 +218,7 @@ const SwiGLUActivations<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd, con
 template <class T>
 Tensor<T> SwiGLU<T>::backward(const SwiGLUForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::SwiGLU::backward";
+    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     Tensor<T> dx(s.x.shape());  // [..., E], zero: backward_unchecked accumulates
@@ -216,6 +230,7 @@ template <class T>
 void SwiGLU<T>::backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy,
                               TensorView<T> dx) {
     constexpr const char* fn = "headwise::SwiGLU::backward_into";
+    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     detail::check_shape(fn, "grad_input", dx.shape(), s.x.shape());

@@ -122,15 +122,29 @@ public:
     /// Precision::float32 returns every sub-module to float. Throws std::invalid_argument for
     /// bf16 on a TransformerEncoderLayer<double>, or a value that is no Precision enumerator,
     /// before any sub-module changes.
-    TransformerEncoderLayer& with_precision(Precision precision) {
-        detail::check_precision<T>("headwise::TransformerEncoderLayer::with_precision", precision);
-        self_attn_.with_precision(precision);
-        linear1_.with_precision(precision);
-        linear2_.with_precision(precision);
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward gives the results of keep bit for bit;
+    /// backward, parameters(), state_dict() and load_state_dict() throw std::logic_error before
+    /// anything changes; with_precision(Precision::bf16, FloatWeights::keep) throws
+    /// std::logic_error; with_precision(Precision::float32) brings float weights back, widened
+    /// from bf16.
+    TransformerEncoderLayer& with_precision(Precision precision,
+                                            FloatWeights float_weights = FloatWeights::keep) {
+        detail::check_precision<T>("headwise::TransformerEncoderLayer::with_precision", precision,
+                                   float_weights, float_weights_released());
+        self_attn_.with_precision(precision, float_weights);
+        linear1_.with_precision(precision, float_weights);
+        linear2_.with_precision(precision, float_weights);
         precision_ = precision;
         return *this;
     }
     Precision precision() const noexcept { return precision_; }
+    /// Whether any sub-module's float weights are released.
+    bool float_weights_released() const noexcept {
+        return self_attn_.float_weights_released() || linear1_.float_weights_released() ||
+               linear2_.float_weights_released();
+    }
 
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
@@ -276,6 +290,7 @@ template <class T>
 Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForward<T>& fwd,
                                                TensorView<const T> dy) {
     constexpr const char* fn = "headwise::TransformerEncoderLayer::backward";
+    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: comes from a forward in eval mode, which saves "

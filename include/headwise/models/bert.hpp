@@ -97,15 +97,27 @@ public:
     /// their weights taken here, the float parameters kept); the LayerNorms, GELU, softmax and
     /// the residual sums stay float. Throws std::invalid_argument for bf16 on a double layer or
     /// a value that is no Precision enumerator, before any sub-module changes.
-    BertLayer& with_precision(Precision precision) {
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
+    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
+    /// std::logic_error before anything changes; with_precision(Precision::bf16,
+    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
+    /// float weights back, widened from bf16.
+    BertLayer& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::BertLayer::with_precision",
-                                             precision);
-        attention_.with_precision(precision);
-        intermediate_.with_precision(precision);
-        output_.with_precision(precision);
+                                             precision, float_weights, float_weights_released());
+        attention_.with_precision(precision, float_weights);
+        intermediate_.with_precision(precision, float_weights);
+        output_.with_precision(precision, float_weights);
         return *this;
     }
     Precision precision() const noexcept { return attention_.precision(); }
+    /// Whether any sub-module's float weights are released.
+    bool float_weights_released() const noexcept {
+        return attention_.float_weights_released() || intermediate_.float_weights_released() ||
+               output_.float_weights_released();
+    }
     MultiheadAttention<T>& attention() noexcept { return attention_; }
     const MultiheadAttention<T>& attention() const noexcept { return attention_; }
 
@@ -199,14 +211,27 @@ public:
     /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
     /// bf16 on a BertModel<double>, or a value that is no Precision enumerator, before any
     /// layer changes.
-    BertModel& with_precision(Precision precision) {
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
+    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
+    /// std::logic_error before anything changes; with_precision(Precision::bf16,
+    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
+    /// float weights back, widened from bf16.
+    BertModel& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::BertModel::with_precision",
-                                             precision);
-        for (BertLayer<T>& l : layers_) l.with_precision(precision);
+                                             precision, float_weights, float_weights_released());
+        for (BertLayer<T>& l : layers_) l.with_precision(precision, float_weights);
         precision_ = precision;
         return *this;
     }
     Precision precision() const noexcept { return precision_; }
+    /// Whether any layer's float weights are released.
+    bool float_weights_released() const noexcept {
+        for (const BertLayer<T>& l : layers_)
+            if (l.float_weights_released()) return true;
+        return false;
+    }
     const BertConfig& config() const noexcept { return config_; }
     std::vector<BertLayer<T>>& layers() noexcept { return layers_; }
 
@@ -441,6 +466,8 @@ void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
 
 template <class T>
 void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
+    headwise::detail::check_float_weights(std::string(kName) + "::load_pretrained",
+                                          float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
     load_checked(state, prefix, false);
     if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
 }

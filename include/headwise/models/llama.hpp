@@ -105,14 +105,26 @@ public:
     /// parameters kept); the RMSNorms, RoPE, softmax and the residual sums stay float. Throws
     /// std::invalid_argument for bf16 on a double layer or a value that is no Precision
     /// enumerator, before any sub-module changes.
-    LlamaDecoderLayer& with_precision(Precision precision) {
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
+    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
+    /// std::logic_error before anything changes; with_precision(Precision::bf16,
+    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
+    /// float weights back, widened from bf16.
+    LlamaDecoderLayer& with_precision(Precision precision,
+                                      FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::LlamaDecoderLayer::with_precision",
-                                             precision);
-        self_attn_.with_precision(precision);
-        mlp_.with_precision(precision);
+                                             precision, float_weights, float_weights_released());
+        self_attn_.with_precision(precision, float_weights);
+        mlp_.with_precision(precision, float_weights);
         return *this;
     }
     Precision precision() const noexcept { return self_attn_.precision(); }
+    /// Whether the attention's or the MLP's float weights are released.
+    bool float_weights_released() const noexcept {
+        return self_attn_.float_weights_released() || mlp_.float_weights_released();
+    }
 
     template <class Self, class Visit>
     static void visit_parameters(Self& self, Visit&& visit);
@@ -208,14 +220,27 @@ public:
     /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
     /// bf16 on a LlamaModel<double>, or a value that is no Precision enumerator, before any
     /// layer changes.
-    LlamaModel& with_precision(Precision precision) {
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
+    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
+    /// std::logic_error before anything changes; with_precision(Precision::bf16,
+    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
+    /// float weights back, widened from bf16.
+    LlamaModel& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::LlamaModel::with_precision",
-                                             precision);
-        for (LlamaDecoderLayer<T>& l : layers_) l.with_precision(precision);
+                                             precision, float_weights, float_weights_released());
+        for (LlamaDecoderLayer<T>& l : layers_) l.with_precision(precision, float_weights);
         precision_ = precision;
         return *this;
     }
     Precision precision() const noexcept { return precision_; }
+    /// Whether any layer's float weights are released.
+    bool float_weights_released() const noexcept {
+        for (const LlamaDecoderLayer<T>& l : layers_)
+            if (l.float_weights_released()) return true;
+        return false;
+    }
     const LlamaConfig& config() const noexcept { return config_; }
     std::vector<LlamaDecoderLayer<T>>& layers() noexcept { return layers_; }
     Embedding<T>& embed_tokens() noexcept { return embed_tokens_; }
@@ -297,14 +322,28 @@ public:
     /// (then the logits multiply by the float embedding matrix). load_pretrained() in bf16
     /// takes new bf16 copies. Throws std::invalid_argument for bf16 on a double model, or a
     /// value that is no Precision enumerator, before anything changes.
-    LlamaForCausalLM& with_precision(Precision precision) {
+    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
+    /// their float weight matrices and gradients are freed (see Linear::with_precision and
+    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
+    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
+    /// std::logic_error before anything changes; with_precision(Precision::bf16,
+    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
+    /// float weights back, widened from bf16.
+    /// With tied embeddings lm_head is not switched and the embedding matrix stays float.
+    LlamaForCausalLM& with_precision(Precision precision,
+                                     FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::LlamaForCausalLM::with_precision",
-                                             precision);
-        model_.with_precision(precision);
-        if (!model_.config().tie_word_embeddings) lm_head_.with_precision(precision);
+                                             precision, float_weights, float_weights_released());
+        model_.with_precision(precision, float_weights);
+        if (!model_.config().tie_word_embeddings)
+            lm_head_.with_precision(precision, float_weights);
         return *this;
     }
     Precision precision() const noexcept { return model_.precision(); }
+    /// Whether the model's or lm_head's float weights are released.
+    bool float_weights_released() const noexcept {
+        return model_.float_weights_released() || lm_head_.float_weights_released();
+    }
     const LlamaConfig& config() const noexcept { return model_.config(); }
     LlamaModel<T>& model() noexcept { return model_; }
     const LlamaModel<T>& model() const noexcept { return model_; }
@@ -609,6 +648,8 @@ void LlamaModel<T>::load_values(const std::string& fn, const StateDict<T>& state
 
 template <class T>
 void LlamaModel<T>::load_pretrained(const StateDict<T>& state, const std::string& prefix) {
+    headwise::detail::check_float_weights(std::string(kName) + "::load_pretrained",
+                                          float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
     std::vector<std::pair<std::string, TensorView<T>>> values;
     visit_values([&](const std::string& name, TensorView<T> v) { values.emplace_back(name, v); });
     const auto ignored = [](const std::string& name) {
@@ -690,6 +731,7 @@ LlamaForCausalLM<T>::LlamaForCausalLM(const LlamaConfig& config, Projection proj
 template <class T>
 void LlamaForCausalLM<T>::load_pretrained(const StateDict<T>& state) {
     const std::string fn = std::string(kName) + "::load_pretrained";
+    headwise::detail::check_float_weights(fn, float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
     const bool tied = model_.config().tie_word_embeddings;
     for (const auto& entry : state) {
         const std::string& key = entry.first;

@@ -87,12 +87,19 @@ public:
     /// Precision::bf16 (float embedders only; inference): the encoder's products in bf16, as
     /// BertModel::with_precision; tokenising, pooling and normalising are unchanged. Throws
     /// std::invalid_argument (naming BertModel::with_precision) for bf16 on a double embedder
-    /// or a value that is no Precision enumerator, changing nothing.
-    SentenceEmbedder& with_precision(Precision precision) {
-        model_.with_precision(precision);
+    /// or a value that is no Precision enumerator, changing nothing. FloatWeights::release (with
+    /// bf16) frees the encoder's float weight matrices for half their bytes, as
+    /// BertModel::with_precision: encode and embed_batch give the embeddings of keep bit for
+    /// bit, and what needs the float weights (model().state_dict(), ...) throws
+    /// std::logic_error.
+    SentenceEmbedder& with_precision(Precision precision,
+                                     FloatWeights float_weights = FloatWeights::keep) {
+        model_.with_precision(precision, float_weights);
         return *this;
     }
     Precision precision() const noexcept { return model_.precision(); }
+    /// Whether the encoder's float weights are released.
+    bool float_weights_released() const noexcept { return model_.float_weights_released(); }
     BertModel<T>& model() noexcept { return model_; }
     const SentenceEmbeddingConfig& config() const noexcept { return config_; }
     Index dimension() const noexcept { return model_.config().hidden_size; }

@@ -24,6 +24,7 @@
 #include "../../detail/attention_pipeline.hpp"
 #include "../../detail/in_proj_layout.hpp"
 #include "../../detail/parallel.hpp"
+#include "../../detail/precision_check.hpp"
 #include "../../detail/projection_plan.hpp"
 #include "../../error.hpp"
 #include "../../init.hpp"
@@ -138,9 +139,47 @@ public:
     /// that one bf16 module may decode several caches at once, as in float.
     /// Precision::float32 drops the bf16 copies and returns to the float path. Throws
     /// std::invalid_argument for bf16 on MultiheadAttention<double> or a value that is no
-    /// Precision enumerator.
-    MultiheadAttention& with_precision(Precision precision);
+    /// Precision (FloatWeights) enumerator.
+    ///
+    /// FloatWeights::release (with bf16; inference only): the copies are taken as above, then
+    /// the float in-projection weights (in_proj_weight, or q/k/v_proj_weight: whichever the
+    /// layout holds) and out_proj.weight are freed with their gradient buffers; in_proj_bias,
+    /// out_proj.bias, bias_k and bias_v stay float. memory_bytes() then counts 2 bytes per
+    /// projection weight. From then on, per call:
+    ///   forward (either mode), decode, decode_into, make_kv_cache (float or bf16 cache),
+    ///   with_projection, swap_eval_buffers, train(), eval()
+    ///                           work, with the results of a module switched with keep, bit for
+    ///                           bit (a training forward multiplies by the copies, which equal
+    ///                           what keep would round the unchanged float weights to, and its
+    ///                           dropout draws the same masks)
+    ///   backward, head(), parameters(), state_dict(), grad_dict(), load_state_dict(),
+    ///   zero_grad(), parameter_count()
+    ///                           throw std::logic_error naming the call (the parameter views of
+    ///                           the module contract name
+    ///                           "headwise::MultiheadAttention::visit_parameters") before
+    ///                           anything changes
+    ///   with_precision(bf16, release)   does nothing more; with_precision(bf16, keep) throws
+    ///                           std::logic_error
+    ///   with_precision(float32) float weights widened exactly from the bf16 copies and zero
+    ///                           gradients for them: trainable again, the bf16 rounding kept
+    /// Views of those weights or gradients taken before the release (head(), parameters(), an
+    /// optimiser's) dangle afterwards.
+    MultiheadAttention& with_precision(Precision precision,
+                                       FloatWeights float_weights = FloatWeights::keep);
     Precision precision() const noexcept { return precision_; }
+    /// Whether with_precision(Precision::bf16, FloatWeights::release) freed the float weights.
+    bool float_weights_released() const noexcept { return released_; }
+    /// Bytes of the parameters as stored: the float projection weights (unless released), their
+    /// bf16 copies in Precision::bf16 (2 bytes per element), the biases and bias_k, bias_v;
+    /// gradients and scratch not counted. With W = (E + 2 Hkv D) E + E E projection weights
+    /// (3 E E + E E for multi-head self-attention) and b the other parameters: float 4 (W + b),
+    /// bf16 keep 6 W + 4 b, bf16 release 2 W + 4 b.
+    std::size_t memory_bytes() const noexcept {
+        const Index floats = w_in_.numel() + b_in_.numel() + w_out_.numel() + b_out_.numel() +
+                             bias_k_.numel() + bias_v_.numel();
+        return sizeof(T) * static_cast<std::size_t>(floats) +
+               sizeof(BFloat16) * (w_in_bf16_.size() + w_out_bf16_.size());
+    }
     /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
     /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
     AttentionKernel kernel_for(Index L, Index S, bool need_weights) const noexcept;
@@ -154,6 +193,7 @@ public:
     Index vdim() const noexcept { return layout_.vdim; }
 
     /// Head i's in-projection matrices and biases, as views: writable on a non-const module.
+    /// Throws std::logic_error when the float weights are released (see with_precision).
     HeadParameters<T> head(Index i);
     HeadParameters<const T> head(Index i) const;
 
@@ -242,8 +282,16 @@ private:
     Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
     /// w_in_, w_out_ rounded to bf16 into their copies.
     void round_weights();
+    /// Throws std::logic_error naming `function` when the float weights are released.
+    void check_weights(const char* function) const {
+        detail::check_float_weights(
+            function, released_,
+            detail::restore_hint(
+                "this call needs the float projection weights (the module is inference-only)"));
+    }
 
     Precision precision_ = Precision::float32;
+    bool released_ = false;  // w_in_, w_out_ and their gradients freed (bf16, release)
     std::vector<BFloat16> w_in_bf16_, w_out_bf16_;  // bf16 copies of w_in_, w_out_ in bf16
     // A training forward ran since the copies were taken: an optimiser may have changed the
     // weights, so the next evaluation call rounds them anew.
@@ -300,22 +348,54 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
 }
 
 template <class T>
-MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision) {
+MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision,
+                                                             FloatWeights float_weights) {
     constexpr const char* fn = "headwise::MultiheadAttention::with_precision";
     if (precision != Precision::float32 && precision != Precision::bf16)
         throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
                                std::to_string(static_cast<int>(precision)));
+    if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
+        throw_invalid_argument(fn, "float_weights", "FloatWeights::keep or FloatWeights::release",
+                               std::to_string(static_cast<int>(float_weights)));
     if (precision == Precision::float32) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (released_) {  // the bf16 values widened (exact): the rounding stays
+                const Index E = layout_.E;
+                Tensor<T> w_in = Tensor<T>::uninitialized(Shape{layout_.weight_size()});
+                Tensor<T> w_out = Tensor<T>::uninitialized(Shape{E, E});
+                to_float(w_in_bf16_.data(), w_in.data(), w_in.numel());
+                to_float(w_out_bf16_.data(), w_out.data(), w_out.numel());
+                Tensor<T> gw_in(w_in.shape()), gw_out(w_out.shape());  // zero
+                w_in_ = std::move(w_in);
+                w_out_ = std::move(w_out);
+                gw_in_ = std::move(gw_in);
+                gw_out_ = std::move(gw_out);
+                released_ = false;
+            }
+        }
         w_in_bf16_ = std::vector<BFloat16>();
         w_out_bf16_ = std::vector<BFloat16>();
     } else if constexpr (!std::is_same_v<T, float>) {
         throw_invalid_argument(fn, "precision",
                                "Precision::float32 for a MultiheadAttention<double>",
                                "Precision::bf16 (bf16 is for float modules)");
+    } else if (released_) {  // the copies are all there is: nothing to round, nothing to free
+        if (float_weights == FloatWeights::keep)
+            detail::throw_float_weights_released(
+                fn, "FloatWeights::keep needs them (call with_precision(Precision::float32) "
+                    "first to train again)");
+        return *this;
     } else {
         w_in_bf16_.resize(static_cast<std::size_t>(w_in_.numel()));
         w_out_bf16_.resize(static_cast<std::size_t>(w_out_.numel()));
         round_weights();
+        if (float_weights == FloatWeights::release) {  // the storage itself, not just the size
+            w_in_ = Tensor<T>(Shape{0});
+            w_out_ = Tensor<T>(Shape{0, 0});
+            gw_in_ = Tensor<T>(Shape{0});
+            gw_out_ = Tensor<T>(Shape{0, 0});
+            released_ = true;
+        }
     }
     precision_ = precision;
     bf16_stale_ = false;
@@ -324,6 +404,7 @@ MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision
 
 template <class T>
 void MultiheadAttention<T>::round_weights() {
+    HEADWISE_ASSERT(!released_);
     if constexpr (std::is_same_v<T, float>) {
         to_bf16(w_in_.data(), w_in_bf16_.data(), w_in_.numel());
         to_bf16(w_out_.data(), w_out_bf16_.data(), w_out_.numel());
@@ -397,7 +478,8 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> value,
                                                    const AttentionMasks<T>& masks) {
     detail::AttentionCall<T> call = check_forward(query, key, value, masks);  // throws first
-    if (precision_ == Precision::bf16 && (this->training_ || bf16_stale_)) {
+    // Released float weights: the copies are all there is, and nothing can change them.
+    if (precision_ == Precision::bf16 && !released_ && (this->training_ || bf16_stale_)) {
         round_weights();  // the master weights as they are now
         bf16_stale_ = this->training_;
     }
@@ -437,6 +519,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     using detail::kQuery;
     using detail::kValue;
     constexpr const char* fn = "headwise::MultiheadAttention::backward";
+    check_weights(fn);
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: holds nothing to differentiate (forward ran in eval "
@@ -481,6 +564,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
 template <class T>
 template <class Self, class Visit>
 void MultiheadAttention<T>::visit_parameters(Self& m, Visit&& visit) {
+    m.check_weights("headwise::MultiheadAttention::visit_parameters");
     const detail::InProjLayout& layout = m.layout_;
     if (layout.packed()) {
         const Shape packed{layout.packed_rows(), layout.E};
@@ -502,6 +586,7 @@ void MultiheadAttention<T>::visit_parameters(Self& m, Visit&& visit) {
 
 template <class T>
 HeadParameters<T> MultiheadAttention<T>::head(Index i) {
+    check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
     return HeadParameters<T>(w_in_.data(), options_.bias ? b_in_.data() : nullptr, gw_in_.data(),
                              options_.bias ? gb_in_.data() : nullptr, layout_, i);
@@ -509,6 +594,7 @@ HeadParameters<T> MultiheadAttention<T>::head(Index i) {
 
 template <class T>
 HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
+    check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
     return HeadParameters<const T>(w_in_.data(), options_.bias ? b_in_.data() : nullptr,
                                    gw_in_.data(), options_.bias ? gb_in_.data() : nullptr, layout_,
@@ -546,7 +632,7 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
                                         TensorView<T> out, TensorView<const bool> key_padding) {
     // Everything, before anything changes.
     detail::check_decode_arguments(layout_, this->training_, x_new, cache, out, key_padding);
-    if (precision_ == Precision::bf16 && bf16_stale_) {  // trained since the copies were taken
+    if (precision_ == Precision::bf16 && !released_ && bf16_stale_) {  // trained since the copies
         round_weights();
         bf16_stale_ = false;
     }
