@@ -8,8 +8,9 @@
 // output line per text, in input order: the pooled, L2-normalised embedding as space-separated
 // %.9g numbers; with --tokens, the token ids instead ([CLS] and [SEP] included, after
 // truncation). --bf16 runs the encoder's products in bfloat16 (Precision::bf16, docs/precision.md:
-// cosine >= 0.999 to the float embeddings). A missing or malformed model directory: a message
-// naming the file, exit status 1.
+// cosine >= 0.999 to the float embeddings) and, as nothing here trains, keeps its weight matrices
+// in bf16 only (FloatWeights::release: half their float bytes). A missing or malformed model
+// directory: a message naming the file, exit status 1.
 #include <headwise/headwise.hpp>
 
 #include <cstdio>      // std::printf, std::fprintf, std::fputs
@@ -34,7 +35,8 @@ constexpr const char* kUsage =
     "  --threads N threads for the matrix products (OpenMP and OpenBLAS builds)\n"
     "  --batch N   texts per forward pass (default 32)\n"
     "  --bf16      the encoder's products in bfloat16 (embeddings within cosine 0.999 of\n"
-    "              float; faster only on CPUs with AVX512_BF16, see docs/precision.md)\n"
+    "              float; faster only on CPUs with AVX512_BF16, see docs/precision.md), its\n"
+    "              weight matrices held in bf16 only (half their memory)\n"
     "  --tokens    print the token ids instead of the embeddings\n"
     "  TEXT ...    the texts; without any, one text per line from standard input\n";
 
@@ -108,7 +110,9 @@ int main(int argc, char** argv) {
 
     try {
         auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
-        if (bf16) embedder.with_precision(headwise::Precision::bf16);
+        // Inference only: the float weight matrices are not needed beside their bf16 copies.
+        if (bf16)
+            embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
         if (texts.empty())
             for (std::string line; std::getline(std::cin, line);) {
                 if (!line.empty() && line.back() == '\r') line.pop_back();
