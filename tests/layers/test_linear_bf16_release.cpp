@@ -113,8 +113,9 @@ TEST_CASE("Linear released refuses every call that needs the float weight, stayi
     check_refused("headwise::Linear::weight", [&] { (void)c.weight(); });
     check_refused("headwise::Linear::grad_weight", [&] { (void)layer.grad_weight(); });
     check_refused("headwise::Linear::grad_weight", [&] { (void)c.grad_weight(); });
-    check_refused("headwise::Linear::take_weight",
-                  [&] { layer.take_weight(Tensor<float>(Shape{out, in})); });
+    check_refused("headwise::Linear::take_weight", [&] {
+        layer.take_weight(Tensor<float>(Shape{out, in}));
+    });
     still_usable();
     // The module contract's calls go through visit_parameters.
     const std::string visit = "headwise::Linear::visit_parameters";
@@ -194,7 +195,8 @@ TEST_CASE("Linear released returns to float32 with the bf16 weight widened, and 
     CHECK(same(Tensor<float>(layer.grad_bias()), Tensor<float>(rounded.grad_bias())));
     for (Linear<float>* m : {&layer, &rounded})
         for (auto& p : m->parameters())
-            for (Index i = 0; i < p.value.numel(); ++i) p.value.data()[i] -= 0.1f * p.grad.data()[i];
+            for (Index i = 0; i < p.value.numel(); ++i)
+                p.value.data()[i] -= 0.1f * p.grad.data()[i];
     CHECK(same(layer.forward(x), rounded.forward(x)));
     // And back to bf16 with either choice.
     layer.with_precision(Precision::bf16);
@@ -203,16 +205,16 @@ TEST_CASE("Linear released returns to float32 with the bf16 weight widened, and 
     CHECK(layer.float_weights_released());
 }
 
-TEST_CASE("Linear<double> refuses bf16 release; unknown FloatWeights values are refused",
+TEST_CASE("Linear<double> refuses bf16 release, and unknown FloatWeights values are refused",
           "[linear][bf16][release]") {
     std::mt19937_64 rng(14);
     Linear<double> d(8, 4, true, rng);
     const Tensor<double> w(d.weight());
-    REQUIRE_THROWS_MATCHES(d.with_precision(Precision::bf16, FloatWeights::release),
-                           std::invalid_argument,
-                           Message("headwise::Linear::with_precision: precision: Precision::float32 "
-                                   "for a Linear<double>, got Precision::bf16 (bf16 is for float "
-                                   "modules)"));
+    REQUIRE_THROWS_MATCHES(
+        d.with_precision(Precision::bf16, FloatWeights::release), std::invalid_argument,
+        Message("headwise::Linear::with_precision: precision: Precision::float32 "
+                "for a Linear<double>, got Precision::bf16 (bf16 is for float "
+                "modules)"));
     CHECK(d.precision() == Precision::float32);
     CHECK_FALSE(d.float_weights_released());
     CHECK(same_bits<double>(d.weight(), w.view()));

@@ -51,9 +51,10 @@ StateDict<float> rounded_projections(StateDict<float> sd) {
 
 }  // namespace
 
-TEST_CASE("TransformerEncoderLayer released forwards as keep bit for bit, refuses what needs "
-          "float weights, and returns to float32",
-          "[encoder][bf16][release]") {
+TEST_CASE(
+    "TransformerEncoderLayer released forwards as keep bit for bit, refuses what needs "
+    "float weights, and returns to float32",
+    "[encoder][bf16][release]") {
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(to_string(projection));
     TransformerEncoderLayer<float> keep(encoder_options(projection), 41);
@@ -67,8 +68,7 @@ TEST_CASE("TransformerEncoderLayer released forwards as keep bit for bit, refuse
     CHECK(released.linear1().float_weights_released());
     CHECK(released.linear2().float_weights_released());
     const std::size_t bytes = released.self_attn().memory_bytes() +
-                              released.linear1().memory_bytes() +
-                              released.linear2().memory_bytes();
+                              released.linear1().memory_bytes() + released.linear2().memory_bytes();
     const std::size_t W = 4 * 16 * 16 + 2 * 16 * 32, b = 4 * 16 + 32 + 16;
     CHECK(bytes == 2 * W + 4 * b);
 
@@ -217,9 +217,9 @@ TEST_CASE("the layers refuse bf16 release in double and unknown FloatWeights val
                     std::invalid_argument);
     CHECK_FALSE(mlp.float_weights_released());
     TransformerEncoderLayer<float> f(encoder_options(Projection::fused), 1);
-    CHECK_THROWS_WITH(f.with_precision(Precision::bf16, static_cast<FloatWeights>(5)),
-                      ContainsSubstring(
-                          "headwise::TransformerEncoderLayer::with_precision: float_weights: "
+    CHECK_THROWS_WITH(
+        f.with_precision(Precision::bf16, static_cast<FloatWeights>(5)),
+        ContainsSubstring("headwise::TransformerEncoderLayer::with_precision: float_weights: "
                           "FloatWeights::keep or FloatWeights::release, got 5"));
     CHECK(f.precision() == Precision::float32);
     CHECK(f.self_attn().precision() == Precision::float32);

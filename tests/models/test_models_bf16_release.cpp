@@ -64,8 +64,8 @@ Tensor<std::int64_t> load_ids(const std::string& path) {
 /// lm_head) rounded to bf16; embeddings and norms as they are.
 StateDict<float> rounded_projections(StateDict<float> sd) {
     for (auto& [name, value] : sd) {
-        const bool projection = name.find("proj.weight") != std::string::npos ||
-                                name == "lm_head.weight";
+        const bool projection =
+            name.find("proj.weight") != std::string::npos || name == "lm_head.weight";
         if (projection)
             for (float& v : value) v = headwise::round_to_bf16(v);
     }
@@ -97,10 +97,9 @@ TEST_CASE("Llama released forwards, decodes and generates as keep bit for bit",
             for (Precision cache_precision : {Precision::float32, Precision::bf16}) {
                 auto cache_keep = keep.make_cache(B, L, cache_precision);
                 auto cache_released = released.make_cache(B, L, cache_precision);
-                CHECK(same(headwise::test::decode_by_token<float>(released, ids, padding,
-                                                                  cache_released),
-                           headwise::test::decode_by_token<float>(keep, ids, padding,
-                                                                  cache_keep)));
+                CHECK(same(
+                    headwise::test::decode_by_token<float>(released, ids, padding, cache_released),
+                    headwise::test::decode_by_token<float>(keep, ids, padding, cache_keep)));
             }
             headwise::models::GenerationOptions options;
             options.max_new_tokens = 6;
@@ -180,8 +179,8 @@ TEST_CASE("BertModel and SentenceEmbedder released embed as keep bit for bit",
 
     // The embedder over the tiny BERT (40 ids; a vocabulary of its own).
     std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
-    for (const char* w : {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "##s", "big",
-                          "small", "red", "house", "tree", "and", "to", "in", "it", "is", "."})
+    for (const char* w : {"the",   "cat", "sat",   "on",   "mat", "a",  "dog", "ran", "##s", "big",
+                          "small", "red", "house", "tree", "and", "to", "in",  "it",  "is",  "."})
         vocab.emplace_back(w);
     headwise::text::BertTokenizerOptions topt;
     topt.max_length = 16;

@@ -22,15 +22,14 @@ namespace headwise::detail {
                            need);
 }
 
-/// throw_float_weights_released(function, need) when `released`.
-inline void check_float_weights(const std::string& function, bool released,
-                                const std::string& need) {
-    if (released) throw_float_weights_released(function, need);
-}
-
-/// What a call that reads or writes float weights says when they are released.
-inline std::string restore_hint(const std::string& what) {
-    return what + " (with_precision(Precision::float32) brings them back, widened from bf16)";
+/// When `released`: throw_float_weights_released(function, need + how to get them back). Builds
+/// no string otherwise, so that accessors may call it on every use.
+inline void check_float_weights(const char* function, bool released, const char* need) {
+    if (released)
+        throw_float_weights_released(
+            function, std::string(need) +
+                          " (with_precision(Precision::float32) brings them back, widened from "
+                          "bf16)");
 }
 
 /// Throws std::invalid_argument naming `function` and its argument "precision" unless

@@ -203,8 +203,7 @@ private:
     /// Throws std::logic_error naming `function` when the float weights are released.
     void check_weights(const char* function) const {
         detail::check_float_weights(
-            function, released_,
-            detail::restore_hint("this call needs the float weight (the layer is inference-only)"));
+            function, released_, "this call needs the float weights (the layer is inference-only)");
     }
     /// The weight rounded into its bf16 copy again, in Precision::bf16 (with a float weight).
     void refresh_bf16_copy() {
@@ -319,8 +318,9 @@ Linear<T>& Linear<T>::with_precision(Precision precision, FloatWeights float_wei
         if (released_) {  // the copy is all there is: nothing to round, nothing to free
             if (float_weights == FloatWeights::keep)
                 detail::throw_float_weights_released(
-                    fn, "FloatWeights::keep needs them (call with_precision(Precision::float32) "
-                        "first to train again)");
+                    fn,
+                    "FloatWeights::keep needs them (call with_precision(Precision::float32) "
+                    "first to train again)");
             return *this;
         }
         const Index n = out_features_ * in_features_;

@@ -218,7 +218,8 @@ const SwiGLUActivations<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd, con
 template <class T>
 Tensor<T> SwiGLU<T>::backward(const SwiGLUForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::SwiGLU::backward";
-    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
+    detail::check_float_weights(fn, float_weights_released(),
+                                "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     Tensor<T> dx(s.x.shape());  // [..., E], zero: backward_unchecked accumulates
@@ -230,7 +231,8 @@ template <class T>
 void SwiGLU<T>::backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy,
                               TensorView<T> dx) {
     constexpr const char* fn = "headwise::SwiGLU::backward_into";
-    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
+    detail::check_float_weights(fn, float_weights_released(),
+                                "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
     detail::check_shape(fn, "grad_input", dx.shape(), s.x.shape());

@@ -290,7 +290,8 @@ template <class T>
 Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForward<T>& fwd,
                                                TensorView<const T> dy) {
     constexpr const char* fn = "headwise::TransformerEncoderLayer::backward";
-    detail::check_float_weights(fn, float_weights_released(), detail::restore_hint("backward needs the float weights (the layer is inference-only)"));
+    detail::check_float_weights(fn, float_weights_released(),
+                                "backward needs the float weights (the layer is inference-only)");
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: comes from a forward in eval mode, which saves "

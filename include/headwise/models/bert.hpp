@@ -104,7 +104,8 @@ public:
     /// std::logic_error before anything changes; with_precision(Precision::bf16,
     /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
     /// float weights back, widened from bf16.
-    BertLayer& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
+    BertLayer& with_precision(Precision precision,
+                              FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::BertLayer::with_precision",
                                              precision, float_weights, float_weights_released());
         attention_.with_precision(precision, float_weights);
@@ -218,7 +219,8 @@ public:
     /// std::logic_error before anything changes; with_precision(Precision::bf16,
     /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
     /// float weights back, widened from bf16.
-    BertModel& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
+    BertModel& with_precision(Precision precision,
+                              FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::BertModel::with_precision",
                                              precision, float_weights, float_weights_released());
         for (BertLayer<T>& l : layers_) l.with_precision(precision, float_weights);
@@ -466,8 +468,9 @@ void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
 
 template <class T>
 void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
-    headwise::detail::check_float_weights(std::string(kName) + "::load_pretrained",
-                                          float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
+    headwise::detail::check_float_weights(
+        (std::string(kName) + "::load_pretrained").c_str(), float_weights_released(),
+        "loading writes the float weights (the model is inference-only)");
     load_checked(state, prefix, false);
     if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
 }

@@ -227,7 +227,8 @@ public:
     /// std::logic_error before anything changes; with_precision(Precision::bf16,
     /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
     /// float weights back, widened from bf16.
-    LlamaModel& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
+    LlamaModel& with_precision(Precision precision,
+                               FloatWeights float_weights = FloatWeights::keep) {
         headwise::detail::check_precision<T>("headwise::models::LlamaModel::with_precision",
                                              precision, float_weights, float_weights_released());
         for (LlamaDecoderLayer<T>& l : layers_) l.with_precision(precision, float_weights);
@@ -335,8 +336,7 @@ public:
         headwise::detail::check_precision<T>("headwise::models::LlamaForCausalLM::with_precision",
                                              precision, float_weights, float_weights_released());
         model_.with_precision(precision, float_weights);
-        if (!model_.config().tie_word_embeddings)
-            lm_head_.with_precision(precision, float_weights);
+        if (!model_.config().tie_word_embeddings) lm_head_.with_precision(precision, float_weights);
         return *this;
     }
     Precision precision() const noexcept { return model_.precision(); }
@@ -648,8 +648,9 @@ void LlamaModel<T>::load_values(const std::string& fn, const StateDict<T>& state
 
 template <class T>
 void LlamaModel<T>::load_pretrained(const StateDict<T>& state, const std::string& prefix) {
-    headwise::detail::check_float_weights(std::string(kName) + "::load_pretrained",
-                                          float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
+    headwise::detail::check_float_weights(
+        (std::string(kName) + "::load_pretrained").c_str(), float_weights_released(),
+        "loading writes the float weights (the model is inference-only)");
     std::vector<std::pair<std::string, TensorView<T>>> values;
     visit_values([&](const std::string& name, TensorView<T> v) { values.emplace_back(name, v); });
     const auto ignored = [](const std::string& name) {
@@ -731,7 +732,9 @@ LlamaForCausalLM<T>::LlamaForCausalLM(const LlamaConfig& config, Projection proj
 template <class T>
 void LlamaForCausalLM<T>::load_pretrained(const StateDict<T>& state) {
     const std::string fn = std::string(kName) + "::load_pretrained";
-    headwise::detail::check_float_weights(fn, float_weights_released(), headwise::detail::restore_hint("loading writes the float weights (the model is inference-only)"));
+    headwise::detail::check_float_weights(
+        fn.c_str(), float_weights_released(),
+        "loading writes the float weights (the model is inference-only)");
     const bool tied = model_.config().tie_word_embeddings;
     for (const auto& entry : state) {
         const std::string& key = entry.first;

@@ -51,8 +51,8 @@ struct ParameterCounts {
 ParameterCounts counts(const MultiheadAttention<float>& m) {
     ParameterCounts c;
     for (const auto& p : m.parameters()) {
-        const bool weight = p.name.find("_weight") != std::string::npos ||
-                            p.name == "out_proj.weight";
+        const bool weight =
+            p.name.find("_weight") != std::string::npos || p.name == "out_proj.weight";
         (weight ? c.weights : c.others) += static_cast<std::size_t>(p.value.numel());
     }
     return c;
@@ -191,8 +191,7 @@ TEST_CASE("MultiheadAttention released refuses every call that needs the float w
         CHECK(same(mha.forward(x, x, x).output, y));
     };
 
-    check_refused("headwise::MultiheadAttention::backward",
-                  [&] { mha.backward(fwd, fwd.output); });
+    check_refused("headwise::MultiheadAttention::backward", [&] { mha.backward(fwd, fwd.output); });
     still_usable();
     check_refused("headwise::MultiheadAttention::head", [&] { (void)mha.head(0); });
     check_refused("headwise::MultiheadAttention::head", [&] { (void)c.head(1); });
@@ -220,9 +219,10 @@ TEST_CASE("MultiheadAttention released refuses every call that needs the float w
     CHECK(mha.decode(x, cache).shape() == x.shape());
 }
 
-TEST_CASE("MultiheadAttention released returns to float32 with the bf16 weights widened, and "
-          "trains",
-          "[mha][bf16][release]") {
+TEST_CASE(
+    "MultiheadAttention released returns to float32 with the bf16 weights widened, and "
+    "trains",
+    "[mha][bf16][release]") {
     MultiheadAttentionOptions opt;
     opt.embed_dim = 16;
     opt.num_heads = 4;

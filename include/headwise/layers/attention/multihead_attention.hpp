@@ -286,8 +286,7 @@ private:
     void check_weights(const char* function) const {
         detail::check_float_weights(
             function, released_,
-            detail::restore_hint(
-                "this call needs the float projection weights (the module is inference-only)"));
+            "this call needs the float projection weights (the module is inference-only)");
     }
 
     Precision precision_ = Precision::float32;
@@ -382,8 +381,9 @@ MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision
     } else if (released_) {  // the copies are all there is: nothing to round, nothing to free
         if (float_weights == FloatWeights::keep)
             detail::throw_float_weights_released(
-                fn, "FloatWeights::keep needs them (call with_precision(Precision::float32) "
-                    "first to train again)");
+                fn,
+                "FloatWeights::keep needs them (call with_precision(Precision::float32) "
+                "first to train again)");
         return *this;
     } else {
         w_in_bf16_.resize(static_cast<std::size_t>(w_in_.numel()));
