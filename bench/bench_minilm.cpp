@@ -90,7 +90,8 @@ int worker(const std::string& dir, int threads, const std::string& b1, const std
     set_threads(threads);
     const long baseline = status_kb("VmRSS");
     auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
-    if (bf16) embedder.with_precision(headwise::Precision::bf16);
+    // Inference only: the weight matrices in bf16 alone (the float ones freed).
+    if (bf16) embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
     const headwise::text::BertBatch batches[2] = {read_batch(b1), read_batch(b32)};
     std::cout << "ready" << std::endl;
     std::string line;
