@@ -9,6 +9,7 @@
 #include <tuple>      // std::tuple
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/distribution.hpp"
 
 using headwise::Index;

@@ -6,6 +6,7 @@
 #include <vector>  // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 
 using headwise::Index;

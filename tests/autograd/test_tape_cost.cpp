@@ -5,6 +5,7 @@
 
 #include "support/allocation_counter.hpp"
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 
 using headwise::Shape;

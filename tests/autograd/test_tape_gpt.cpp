@@ -13,6 +13,7 @@
 #include <vector>   // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/parameter_vectors.hpp"
 

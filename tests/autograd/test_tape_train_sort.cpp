@@ -9,6 +9,7 @@
 
 #include "../../examples/sort_model.hpp"  // SortModel, sort_loss, make_batch
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/sort_model_by_hand.hpp"  // the hand-written backward
 
 using headwise::Index;

@@ -24,17 +24,6 @@ using headwise::Shape;
 using headwise::Tensor;
 
 using headwise::test::relative_error;
-namespace {
-
-Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    Tensor<float> x(shape);
-    for (float& v : x) v = u(rng);
-    return x;
-}
-
-}  // namespace
-
 TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded operands",
           "[linear][bf16]") {
     const bool bias = GENERATE(true, false);
@@ -42,7 +31,7 @@ TEST_CASE("Linear in bf16 is within 1e-2 of float and exact on the rounded opera
     std::mt19937_64 rng(26);
     const Index in = 96, out = 40;
     Linear<float> layer(in, out, bias, rng);
-    const Tensor<float> x = random_input(Shape{3, 5, in}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{3, 5, in}, -1.0, 1.0, rng);
     const Tensor<float> w(layer.weight());  // float weight, copied before the switch
     const Tensor<float> b(layer.bias());
     const Tensor<float> y_float = layer.forward(x);
@@ -95,7 +84,7 @@ TEST_CASE("Linear in bf16 keeps its float parameters and adds a bf16 copy of hal
     // The copy is taken by with_precision: in evaluation mode a changed weight is used once it
     // is called again (training mode rounds the current weight on each call).
     layer.eval();
-    const Tensor<float> x = random_input(Shape{3, 64}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{3, 64}, -1.0, 1.0, rng);
     const Tensor<float> before = layer.forward(x);
     std::fill(layer.weight().data(), layer.weight().data() + 64 * 32, 0.0f);
     const Tensor<float> stale = layer.forward(x);  // still the old copy

@@ -29,13 +29,6 @@ using headwise::test::same_bits;
 
 namespace {
 
-Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    Tensor<float> x(shape);
-    for (float& v : x) v = u(rng);
-    return x;
-}
-
 bool same(const Tensor<float>& a, const Tensor<float>& b) {
     return same_bits<float>(a.view(), b.view());
 }
@@ -65,7 +58,7 @@ TEST_CASE("Linear released in bf16 forwards as keep bit for bit, at half the flo
     CHECK(released.memory_bytes() == in * out * sizeof(BFloat16) + bias_bytes);
     if (!bias) CHECK(2 * released.memory_bytes() == float_bytes);  // exactly half
 
-    const Tensor<float> x = random_input(Shape{2, 5, in}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{2, 5, in}, -1.0, 1.0, rng);
     // Training mode (a new layer's): keep rounds its unchanged float weight, release reads the
     // copy; the same bf16 weight either way.
     CHECK(same(released.forward(x), keep.forward(x)));
@@ -90,10 +83,10 @@ TEST_CASE("Linear released refuses every call that needs the float weight, stayi
     const Tensor<float> bias_before(layer.bias());
     layer.with_precision(Precision::bf16, FloatWeights::release);
     layer.eval();
-    const Tensor<float> x = random_input(Shape{3, in}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{3, in}, -1.0, 1.0, rng);
     const Tensor<float> y = layer.forward(x);
     const std::size_t bytes = layer.memory_bytes();
-    const Tensor<float> dy = random_input(Shape{3, out}, rng);
+    const Tensor<float> dy = Tensor<float>::uniform(Shape{3, out}, -1.0, 1.0, rng);
     const Linear<float>& c = layer;
 
     const auto still_usable = [&] {
@@ -187,8 +180,8 @@ TEST_CASE("Linear released returns to float32 with the bf16 weight widened, and 
     }
 
     // Training: the same forward, gradients and SGD step as the float layer of rounded weights.
-    const Tensor<float> x = random_input(Shape{4, in}, rng);
-    const Tensor<float> dy = random_input(Shape{4, out}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{4, in}, -1.0, 1.0, rng);
+    const Tensor<float> dy = Tensor<float>::uniform(Shape{4, out}, -1.0, 1.0, rng);
     CHECK(same(layer.forward(x), rounded.forward(x)));
     CHECK(same(layer.backward(x, dy), rounded.backward(x, dy)));
     CHECK(same(Tensor<float>(layer.grad_weight()), Tensor<float>(rounded.grad_weight())));

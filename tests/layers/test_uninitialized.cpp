@@ -11,6 +11,7 @@
 #include <string>    // std::string
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 
 using headwise::Generator;
 using headwise::Index;

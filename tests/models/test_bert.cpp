@@ -17,7 +17,9 @@
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/golden.hpp"
+#include "support/golden_models.hpp"
 #include "support/projections.hpp"
 
 using headwise::Index;
@@ -27,19 +29,12 @@ using headwise::Tensor;
 using headwise::models::BertConfig;
 using headwise::models::BertModel;
 using headwise::test::kProjections;
+using headwise::test::load_ids;
 using headwise::test::ScratchDir;
 
 namespace {
 
-const std::string kTiny = std::string(HEADWISE_SOURCE_DIR) + "/tests/golden/minilm/tiny_bert";
-
-// Ids are stored as float64 (load_npy reads float, double and bool arrays).
-Tensor<std::int64_t> load_ids(const std::string& path) {
-    const Tensor<double> d = headwise::load_npy<double>(path);
-    Tensor<std::int64_t> ids(d.shape());
-    for (Index i = 0; i < d.numel(); ++i) ids.data()[i] = static_cast<std::int64_t>(d.data()[i]);
-    return ids;
-}
+const std::string kTiny = headwise::test::tiny_bert_dir();
 
 template <class T>
 double max_abs_diff(const Tensor<T>& a, const Tensor<double>& b) {

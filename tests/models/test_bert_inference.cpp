@@ -8,6 +8,7 @@
 #include <string>   // std::string
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 
 using headwise::Index;
 using headwise::Projection;

@@ -17,8 +17,10 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
+#include "support/golden_models.hpp"
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
 
@@ -29,7 +31,10 @@ using headwise::Shape;
 using headwise::Tensor;
 using headwise::models::BertModel;
 using headwise::models::LlamaForCausalLM;
+using headwise::test::kLlamaPrompts;
 using headwise::test::kProjections;
+using headwise::test::llama_dir;
+using headwise::test::load_ids;
 using headwise::test::relative_error;
 
 namespace {
@@ -41,23 +46,7 @@ constexpr double kBf16Tolerance = 1e-2;
 /// Llamas (2 layers, weights drawn with std 0.2) they reach 1.2e-2, so twice the one-module bound.
 constexpr double kLlamaLogitsTolerance = 2e-2;
 
-std::string llama_dir(const std::string& name) {
-    return (headwise::test::golden_dir() / "llama" / name).string();
-}
-
-/// The prompts of the tiny Llamas' golden cases (tests/golden/llama): 7, 4 and 2 tokens.
-const std::vector<std::vector<std::int64_t>> kLlamaPrompts = {
-    {1, 17, 42, 99, 5, 63, 120}, {1, 8, 77, 31}, {1, 54}};
-
-const std::string kTinyBert = (headwise::test::golden_dir() / "minilm" / "tiny_bert").string();
-
-/// Ids are stored as float64.
-Tensor<std::int64_t> load_ids(const std::string& path) {
-    const Tensor<double> d = headwise::load_npy<double>(path);
-    Tensor<std::int64_t> ids(d.shape());
-    for (Index i = 0; i < d.numel(); ++i) ids.data()[i] = static_cast<std::int64_t>(d.data()[i]);
-    return ids;
-}
+const std::string kTinyBert = headwise::test::tiny_bert_dir();
 
 /// The rows [B, V] of logits [B, L, V] at position t, padding rows zeroed (their values are not
 /// meaningful).

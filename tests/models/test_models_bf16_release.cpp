@@ -20,8 +20,10 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
+#include "support/golden_models.hpp"
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 
@@ -35,7 +37,10 @@ using headwise::Tensor;
 using headwise::models::BertModel;
 using headwise::models::LlamaForCausalLM;
 using headwise::test::check_refused;
+using headwise::test::kLlamaPrompts;
 using headwise::test::kProjections;
+using headwise::test::llama_dir;
+using headwise::test::load_ids;
 using headwise::test::same_bits;
 
 namespace {
@@ -44,21 +49,7 @@ bool same(const Tensor<float>& a, const Tensor<float>& b) {
     return same_bits<float>(a.view(), b.view());
 }
 
-std::string llama_dir(const std::string& name) {
-    return (headwise::test::golden_dir() / "llama" / name).string();
-}
-
-const std::vector<std::vector<std::int64_t>> kLlamaPrompts = {
-    {1, 17, 42, 99, 5, 63, 120}, {1, 8, 77, 31}, {1, 54}};
-
-const std::string kTinyBert = (headwise::test::golden_dir() / "minilm" / "tiny_bert").string();
-
-Tensor<std::int64_t> load_ids(const std::string& path) {
-    const Tensor<double> d = headwise::load_npy<double>(path);
-    Tensor<std::int64_t> ids(d.shape());
-    for (Index i = 0; i < d.numel(); ++i) ids.data()[i] = static_cast<std::int64_t>(d.data()[i]);
-    return ids;
-}
+const std::string kTinyBert = headwise::test::tiny_bert_dir();
 
 /// `sd` with the weights that bf16 products multiply by (the attention and MLP projections,
 /// lm_head) rounded to bf16; embeddings and norms as they are.

@@ -13,6 +13,7 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
+#include "support/instantiations.hpp"
 #include "support/golden.hpp"
 
 using namespace headwise;

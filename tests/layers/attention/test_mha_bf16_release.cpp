@@ -33,13 +33,6 @@ using headwise::test::same_bits;
 
 namespace {
 
-Tensor<float> random_input(const Shape& shape, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    Tensor<float> x(shape);
-    for (float& v : x) v = u(rng);
-    return x;
-}
-
 bool same(const Tensor<float>& a, const Tensor<float>& b) {
     return same_bits<float>(a.view(), b.view());
 }
@@ -98,8 +91,8 @@ TEST_CASE("MultiheadAttention released forwards and decodes as keep bit for bit"
     if (!config.bias && !config.bias_kv) CHECK(2 * released.memory_bytes() == float_bytes);
 
     std::mt19937_64 rng(22);
-    const Tensor<float> x = random_input(Shape{2, 6, 32}, rng);
-    const Tensor<float> kv = random_input(Shape{2, 5, 32}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{2, 6, 32}, -1.0, 1.0, rng);
+    const Tensor<float> kv = Tensor<float>::uniform(Shape{2, 5, 32}, -1.0, 1.0, rng);
     AttentionMasks<float> masks;
     masks.need_weights = true;
     // Training mode (a new module's): keep rounds its unchanged float weights anew.
@@ -126,7 +119,7 @@ TEST_CASE("MultiheadAttention released forwards and decodes as keep bit for bit"
         auto cache_released = released.make_kv_cache(2, 9, cache_precision);
         CHECK(same(released.decode(x, cache_released), keep.decode(x, cache_keep)));
         for (int t = 0; t < 3; ++t) {
-            const Tensor<float> step = random_input(Shape{2, 1, 32}, rng);
+            const Tensor<float> step = Tensor<float>::uniform(Shape{2, 1, 32}, -1.0, 1.0, rng);
             Tensor<float> out(step.shape());
             released.decode_into(step, cache_released, out);
             CHECK(same(out, keep.decode(step, cache_keep)));
@@ -157,9 +150,9 @@ TEST_CASE("MultiheadAttention with kdim and vdim (q, k, v_proj_weight) released 
     keep.eval();
     released.eval();
     std::mt19937_64 rng(24);
-    const Tensor<float> q = random_input(Shape{3, 4, 16}, rng);
-    const Tensor<float> k = random_input(Shape{3, 7, 12}, rng);
-    const Tensor<float> v = random_input(Shape{3, 7, 20}, rng);
+    const Tensor<float> q = Tensor<float>::uniform(Shape{3, 4, 16}, -1.0, 1.0, rng);
+    const Tensor<float> k = Tensor<float>::uniform(Shape{3, 7, 12}, -1.0, 1.0, rng);
+    const Tensor<float> v = Tensor<float>::uniform(Shape{3, 7, 20}, -1.0, 1.0, rng);
     CHECK(same(released.forward(q, k, v).output, keep.forward(q, k, v).output));
     check_refused("headwise::MultiheadAttention::visit_parameters",
                   [&] { (void)released.state_dict(); });
@@ -175,7 +168,7 @@ TEST_CASE("MultiheadAttention released refuses every call that needs the float w
     const auto other_sd = other.state_dict();
     mha.with_precision(Precision::bf16, FloatWeights::release);
     std::mt19937_64 rng(27);
-    const Tensor<float> x = random_input(Shape{2, 3, 16}, rng);
+    const Tensor<float> x = Tensor<float>::uniform(Shape{2, 3, 16}, -1.0, 1.0, rng);
     // A training forward works (it multiplies by the copies); its backward is refused.
     const auto fwd = mha.forward(x, x, x);
     REQUIRE(fwd.differentiable());
@@ -255,9 +248,9 @@ TEST_CASE(
     // Training: forward, backward and the gradients of the float module of rounded weights.
     std::mt19937_64 rng(32);
     const Index kdim = opt.kdim ? opt.kdim : 16;
-    const Tensor<float> q = random_input(Shape{2, 3, 16}, rng);
-    const Tensor<float> k = random_input(Shape{2, 4, kdim}, rng);
-    const Tensor<float> dy = random_input(Shape{2, 3, 16}, rng);
+    const Tensor<float> q = Tensor<float>::uniform(Shape{2, 3, 16}, -1.0, 1.0, rng);
+    const Tensor<float> k = Tensor<float>::uniform(Shape{2, 4, kdim}, -1.0, 1.0, rng);
+    const Tensor<float> dy = Tensor<float>::uniform(Shape{2, 3, 16}, -1.0, 1.0, rng);
     const auto a = mha.forward(q, k, k), b = rounded.forward(q, k, k);
     CHECK(same(a.output, b.output));
     const auto ga = mha.backward(a, dy), gb = rounded.backward(b, dy);
