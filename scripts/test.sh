@@ -5,7 +5,8 @@
 #             and a start-up check of each benchmark program.
 #   2. asan : the same built by clang++ (so both compilers' warnings are errors; clang compiles
 #             the sanitized build 2.5x faster than g++) under AddressSanitizer +
-#             UndefinedBehaviorSanitizer (Debug at -O1), with OpenMP (every test on 2 threads,
+#             UndefinedBehaviorSanitizer (Debug: the tests at -O0, their shared instantiations of
+#             the layers at -O1), with OpenMP (every test on 2 threads,
 #             which sleep when idle: OMP_WAIT_POLICY=PASSIVE, as two tests run at once on 2 cores)
 #             and every GEMM through a CBLAS (HEADWISE_BLAS=ON, OpenBLAS here, one thread per
 #             call), warnings as errors; less the consumer projects
