@@ -26,7 +26,8 @@ enum class Precision { float32, bf16 };
 /// throws std::logic_error naming itself before anything changes.
 /// with_precision(Precision::float32) brings float weights back, widened exactly from the bf16
 /// values: trainable again, but the rounding to bf16 is not undone. With Precision::float32
-/// the argument is not read. See docs/precision.md.
+/// the argument is only checked (a value that is no enumerator throws std::invalid_argument).
+/// See docs/precision.md.
 enum class FloatWeights { keep, release };
 
 /// "float32" or "bf16".
