@@ -27,14 +27,6 @@ using headwise::TensorView;
 using headwise::test::check_refused;
 using headwise::test::same_bits;
 
-namespace {
-
-bool same(const Tensor<float>& a, const Tensor<float>& b) {
-    return same_bits<float>(a.view(), b.view());
-}
-
-}  // namespace
-
 TEST_CASE("Linear released in bf16 forwards as keep bit for bit, at half the float bytes",
           "[linear][bf16][release]") {
     const bool bias = GENERATE(true, false);
@@ -61,18 +53,18 @@ TEST_CASE("Linear released in bf16 forwards as keep bit for bit, at half the flo
     const Tensor<float> x = Tensor<float>::uniform(Shape{2, 5, in}, -1.0, 1.0, rng);
     // Training mode (a new layer's): keep rounds its unchanged float weight, release reads the
     // copy; the same bf16 weight either way.
-    CHECK(same(released.forward(x), keep.forward(x)));
+    CHECK(same_bits(released.forward(x), keep.forward(x)));
     keep.eval();
     released.eval();
-    CHECK(same(released.forward(x), keep.forward(x)));
+    CHECK(same_bits(released.forward(x), keep.forward(x)));
     Tensor<float> y(Shape{2, 5, out}), y_keep(Shape{2, 5, out});
     released.forward_into(x, y);
     keep.forward_into(x, y_keep);
-    CHECK(same(y, y_keep));
+    CHECK(same_bits(y, y_keep));
     // Released a second time: nothing more happens.
     released.with_precision(Precision::bf16, FloatWeights::release);
     CHECK(released.memory_bytes() == in * out * sizeof(BFloat16) + bias_bytes);
-    CHECK(same(released.forward(x), y_keep));
+    CHECK(same_bits(released.forward(x), y_keep));
 }
 
 TEST_CASE("Linear released refuses every call that needs the float weight, staying usable",
@@ -93,7 +85,7 @@ TEST_CASE("Linear released refuses every call that needs the float weight, stayi
         CHECK(layer.float_weights_released());
         CHECK(layer.precision() == Precision::bf16);
         CHECK(layer.memory_bytes() == bytes);
-        CHECK(same(layer.forward(x), y));
+        CHECK(same_bits(layer.forward(x), y));
     };
     check_refused("headwise::Linear::backward", [&] { layer.backward(x, dy); });
     still_usable();
@@ -122,7 +114,7 @@ TEST_CASE("Linear released refuses every call that needs the float weight, stayi
     const auto sd = other.state_dict();
     check_refused(visit, [&] { layer.load_state_dict(sd); });
     still_usable();
-    CHECK(same(Tensor<float>(layer.bias()), bias_before));  // load_state_dict wrote nothing
+    CHECK(same_bits(Tensor<float>(layer.bias()), bias_before));  // load_state_dict wrote nothing
     check_refused("headwise::Linear::with_precision",
                   [&] { layer.with_precision(Precision::bf16, FloatWeights::keep); });
     check_refused("headwise::Linear::with_precision",
@@ -131,11 +123,11 @@ TEST_CASE("Linear released refuses every call that needs the float weight, stayi
 
     // What works: the mode switches, the bias and its gradient.
     layer.train();
-    CHECK(same(layer.forward(x), y));
+    CHECK(same_bits(layer.forward(x), y));
     layer.eval();
     still_usable();
     REQUIRE(layer.bias().shape() == Shape{out});
-    CHECK(same(Tensor<float>(layer.bias()), bias_before));
+    CHECK(same_bits(Tensor<float>(layer.bias()), bias_before));
     REQUIRE(layer.grad_bias().shape() == Shape{out});
     CHECK(layer.grad_bias()(0) == 0.0f);
     Tensor<float> b(Shape{out});
@@ -173,8 +165,8 @@ TEST_CASE("Linear released returns to float32 with the bf16 weight widened, and 
     CHECK(layer.precision() == Precision::float32);
     CHECK(layer.memory_bytes() == float_bytes);
     CHECK(layer.has_grad_buffers());
-    CHECK(same(Tensor<float>(layer.weight()), Tensor<float>(rounded.weight())));  // exact
-    CHECK(same(Tensor<float>(layer.bias()), Tensor<float>(rounded.bias())));
+    CHECK(same_bits(Tensor<float>(layer.weight()), Tensor<float>(rounded.weight())));  // exact
+    CHECK(same_bits(Tensor<float>(layer.bias()), Tensor<float>(rounded.bias())));
     for (const auto& p : layer.parameters()) {
         for (Index i = 0; i < p.grad.numel(); ++i) REQUIRE(p.grad.data()[i] == 0.0f);
     }
@@ -182,15 +174,15 @@ TEST_CASE("Linear released returns to float32 with the bf16 weight widened, and 
     // Training: the same forward, gradients and SGD step as the float layer of rounded weights.
     const Tensor<float> x = Tensor<float>::uniform(Shape{4, in}, -1.0, 1.0, rng);
     const Tensor<float> dy = Tensor<float>::uniform(Shape{4, out}, -1.0, 1.0, rng);
-    CHECK(same(layer.forward(x), rounded.forward(x)));
-    CHECK(same(layer.backward(x, dy), rounded.backward(x, dy)));
-    CHECK(same(Tensor<float>(layer.grad_weight()), Tensor<float>(rounded.grad_weight())));
-    CHECK(same(Tensor<float>(layer.grad_bias()), Tensor<float>(rounded.grad_bias())));
+    CHECK(same_bits(layer.forward(x), rounded.forward(x)));
+    CHECK(same_bits(layer.backward(x, dy), rounded.backward(x, dy)));
+    CHECK(same_bits(Tensor<float>(layer.grad_weight()), Tensor<float>(rounded.grad_weight())));
+    CHECK(same_bits(Tensor<float>(layer.grad_bias()), Tensor<float>(rounded.grad_bias())));
     for (Linear<float>* m : {&layer, &rounded})
         for (auto& p : m->parameters())
             for (Index i = 0; i < p.value.numel(); ++i)
                 p.value.data()[i] -= 0.1f * p.grad.data()[i];
-    CHECK(same(layer.forward(x), rounded.forward(x)));
+    CHECK(same_bits(layer.forward(x), rounded.forward(x)));
     // And back to bf16 with either choice.
     layer.with_precision(Precision::bf16);
     CHECK(layer.memory_bytes() == float_bytes + in * out * sizeof(BFloat16));

@@ -26,10 +26,6 @@ using headwise::test::same_bits;
 
 namespace {
 
-bool same(const Tensor<float>& a, const Tensor<float>& b) {
-    return same_bits<float>(a.view(), b.view());
-}
-
 TransformerEncoderLayerOptions encoder_options(Projection projection) {
     TransformerEncoderLayerOptions o;
     o.d_model = 16;
@@ -76,11 +72,11 @@ TEST_CASE(
     const auto x = Tensor<float>::randn({2, 5, 16}, rng);
     AttentionMasks<float> masks;
     masks.is_causal = true;
-    CHECK(same(released.forward(x, masks).output, keep.forward(x, masks).output));  // training
+    CHECK(same_bits(released.forward(x, masks).output, keep.forward(x, masks).output));  // training
     keep.eval();
     released.eval();
     const Tensor<float> y = keep.forward(x, masks).output;
-    CHECK(same(released.forward(x, masks).output, y));
+    CHECK(same_bits(released.forward(x, masks).output, y));
 
     // Refused, before anything changes.
     released.train();
@@ -96,7 +92,7 @@ TEST_CASE(
     check_refused("headwise::TransformerEncoderLayer::with_precision",
                   [&] { released.with_precision(Precision::bf16, FloatWeights::keep); });
     CHECK(released.float_weights_released());
-    CHECK(same(released.forward(x, masks).output, y));
+    CHECK(same_bits(released.forward(x, masks).output, y));
 
     // A layer with one Linear released refuses keep before switching anything.
     TransformerEncoderLayer<float> partly(encoder_options(projection), 41);
@@ -108,7 +104,7 @@ TEST_CASE(
     CHECK(partly.linear1().precision() == Precision::float32);
     partly.with_precision(Precision::bf16, FloatWeights::release);
     partly.eval();
-    CHECK(same(partly.forward(x, masks).output, y));
+    CHECK(same_bits(partly.forward(x, masks).output, y));
 
     // The way back: the float layer of the rounded weights, which trains.
     released.with_precision(Precision::float32);
@@ -119,18 +115,18 @@ TEST_CASE(
     const StateDict<float> back = released.state_dict();
     for (const auto& [name, value] : rounded.state_dict()) {
         CAPTURE(name);
-        CHECK(same(back.at(name), value));
+        CHECK(same_bits(back.at(name), value));
     }
     released.train();
     rounded.train();
     const auto a = released.forward(x), r = rounded.forward(x);
-    CHECK(same(a.output, r.output));
+    CHECK(same_bits(a.output, r.output));
     const auto dy = Tensor<float>::randn({2, 5, 16}, rng);
-    CHECK(same(released.backward(a, dy), rounded.backward(r, dy)));
+    CHECK(same_bits(released.backward(a, dy), rounded.backward(r, dy)));
     const StateDict<float> grads = released.grad_dict();
     for (const auto& [name, grad] : rounded.grad_dict()) {
         CAPTURE(name);
-        CHECK(same(grads.at(name), grad));
+        CHECK(same_bits(grads.at(name), grad));
     }
 }
 
@@ -156,15 +152,15 @@ TEST_CASE("TransformerDecoderLayer released forwards as keep bit for bit and ref
     const auto tgt = Tensor<float>::randn({2, 4, 16}, rng);
     const auto memory = Tensor<float>::randn({2, 6, 16}, rng);
     const auto fwd = released.forward(tgt, memory);  // training mode
-    CHECK(same(fwd.output, keep.forward(tgt, memory).output));
+    CHECK(same_bits(fwd.output, keep.forward(tgt, memory).output));
     keep.eval();
     released.eval();
-    CHECK(same(released.forward(tgt, memory).output, keep.forward(tgt, memory).output));
+    CHECK(same_bits(released.forward(tgt, memory).output, keep.forward(tgt, memory).output));
     check_refused("headwise::TransformerDecoderLayer::backward",
                   [&] { released.backward(fwd, fwd.output); });
     check_refused("headwise::TransformerDecoderLayer::with_precision",
                   [&] { released.with_precision(Precision::bf16); });
-    CHECK(same(released.forward(tgt, memory).output, keep.forward(tgt, memory).output));
+    CHECK(same_bits(released.forward(tgt, memory).output, keep.forward(tgt, memory).output));
     released.with_precision(Precision::float32);
     CHECK_FALSE(released.float_weights_released());
     released.train();
@@ -187,7 +183,7 @@ TEST_CASE("SwiGLU released forwards as keep bit for bit and refuses backward",
           3 * 24 * 40 * sizeof(BFloat16));  // no biases: half of float's 3 * 24 * 40 * 4
     const auto x = Tensor<float>::randn({3, 24}, rng);
     const auto fwd = released.forward(x);
-    CHECK(same(fwd.output, keep.forward(x).output));
+    CHECK(same_bits(fwd.output, keep.forward(x).output));
     check_refused("headwise::SwiGLU::backward", [&] { released.backward(fwd, fwd.output); });
     check_refused("headwise::SwiGLU::backward_into", [&] {
         Tensor<float> dx(x.shape());
@@ -198,7 +194,7 @@ TEST_CASE("SwiGLU released forwards as keep bit for bit and refuses backward",
                   [&] { released.with_precision(Precision::bf16); });
     released.eval();
     keep.eval();
-    CHECK(same(released.forward(x).output, keep.forward(x).output));
+    CHECK(same_bits(released.forward(x).output, keep.forward(x).output));
     released.with_precision(Precision::float32);
     CHECK_FALSE(released.float_weights_released());
     CHECK(released.parameters().size() == 3);

@@ -45,10 +45,6 @@ using headwise::test::same_bits;
 
 namespace {
 
-bool same(const Tensor<float>& a, const Tensor<float>& b) {
-    return same_bits<float>(a.view(), b.view());
-}
-
 const std::string kTinyBert = headwise::test::tiny_bert_dir();
 
 /// `sd` with the weights that bf16 products multiply by (the attention and MLP projections,
@@ -84,11 +80,11 @@ TEST_CASE("Llama released forwards, decodes and generates as keep bit for bit",
                 CHECK(layer.mlp().up_proj().float_weights_released());
                 CHECK(layer.mlp().down_proj().float_weights_released());
             }
-            CHECK(same(released.forward(ids, padding), keep.forward(ids, padding)));
+            CHECK(same_bits(released.forward(ids, padding), keep.forward(ids, padding)));
             for (Precision cache_precision : {Precision::float32, Precision::bf16}) {
                 auto cache_keep = keep.make_cache(B, L, cache_precision);
                 auto cache_released = released.make_cache(B, L, cache_precision);
-                CHECK(same(
+                CHECK(same_bits(
                     headwise::test::decode_by_token<float>(released, ids, padding, cache_released),
                     headwise::test::decode_by_token<float>(keep, ids, padding, cache_keep)));
             }
@@ -124,7 +120,7 @@ TEST_CASE("Llama released refuses what needs float weights, then returns to floa
     check_refused("headwise::models::LlamaDecoderLayer::with_precision",
                   [&] { model.model().layers().front().with_precision(Precision::bf16); });
     CHECK(model.float_weights_released());
-    CHECK(same(model.forward(ids, padding), logits));  // nothing changed
+    CHECK(same_bits(model.forward(ids, padding), logits));  // nothing changed
 
     // The way back: the float model of the rounded projection weights.
     model.with_precision(Precision::float32);
@@ -135,9 +131,9 @@ TEST_CASE("Llama released refuses what needs float weights, then returns to floa
     const StateDict<float> back = model.state_dict();
     for (const auto& [name, value] : rounded.state_dict()) {
         CAPTURE(name);
-        CHECK(same(back.at(name), value));
+        CHECK(same_bits(back.at(name), value));
     }
-    CHECK(same(model.forward(ids, padding), rounded.forward(ids, padding)));
+    CHECK(same_bits(model.forward(ids, padding), rounded.forward(ids, padding)));
     CHECK_NOTHROW(model.load_pretrained(state));  // loading works again
 }
 
@@ -154,18 +150,18 @@ TEST_CASE("BertModel and SentenceEmbedder released embed as keep bit for bit",
         keep.with_precision(Precision::bf16);
         released.with_precision(Precision::bf16, FloatWeights::release);
         for (auto& layer : released.layers()) CHECK(layer.float_weights_released());
-        CHECK(same(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
+        CHECK(same_bits(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
         check_refused("headwise::models::BertModel::load_pretrained",
                       [&] { released.load_pretrained(float_state); });
         check_refused("headwise::MultiheadAttention::visit_parameters",
                       [&] { (void)released.state_dict(); });
         check_refused("headwise::models::BertModel::with_precision",
                       [&] { released.with_precision(Precision::bf16); });
-        CHECK(same(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
+        CHECK(same_bits(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
         released.with_precision(Precision::float32);
         CHECK_NOTHROW(released.load_pretrained(float_state));
         keep.with_precision(Precision::float32);
-        CHECK(same(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
+        CHECK(same_bits(released.forward(ids, padding, types), keep.forward(ids, padding, types)));
     }
 
     // The embedder over the tiny BERT (40 ids; a vocabulary of its own).
@@ -184,7 +180,7 @@ TEST_CASE("BertModel and SentenceEmbedder released embed as keep bit for bit",
     keep.with_precision(Precision::bf16);
     released.with_precision(Precision::bf16, FloatWeights::release);
     CHECK(released.float_weights_released());
-    CHECK(same(released.encode(texts, 2), keep.encode(texts, 2)));
+    CHECK(same_bits(released.encode(texts, 2), keep.encode(texts, 2)));
 }
 
 TEST_CASE("the models refuse bf16 release in double", "[models][bf16][release][errors]") {

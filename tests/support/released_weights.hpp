@@ -42,4 +42,10 @@ bool same_bits(TensorView<const T> a, TensorView<const T> b) {
            std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.numel())) == 0;
 }
 
+/// The same of two tensors.
+template <class T>
+bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
+    return same_bits<T>(a.view(), b.view());
+}
+
 }  // namespace headwise::test

@@ -33,10 +33,6 @@ using headwise::test::same_bits;
 
 namespace {
 
-bool same(const Tensor<float>& a, const Tensor<float>& b) {
-    return same_bits<float>(a.view(), b.view());
-}
-
 /// The projection weights' element count W and the other parameters' b of a module.
 struct ParameterCounts {
     std::size_t weights = 0, others = 0;
@@ -98,37 +94,37 @@ TEST_CASE("MultiheadAttention released forwards and decodes as keep bit for bit"
     // Training mode (a new module's): keep rounds its unchanged float weights anew.
     {
         const auto a = keep.forward(x, kv, kv, masks), b = released.forward(x, kv, kv, masks);
-        CHECK(same(b.output, a.output));
-        CHECK(same(b.attn_weights, a.attn_weights));
+        CHECK(same_bits(b.output, a.output));
+        CHECK(same_bits(b.attn_weights, a.attn_weights));
         CHECK(b.differentiable());
     }
     keep.eval();
     released.eval();
     {
         const auto a = keep.forward(x, kv, kv, masks), b = released.forward(x, kv, kv, masks);
-        CHECK(same(b.output, a.output));
-        CHECK(same(b.attn_weights, a.attn_weights));
+        CHECK(same_bits(b.output, a.output));
+        CHECK(same_bits(b.attn_weights, a.attn_weights));
         AttentionMasks<float> causal;
         causal.is_causal = true;
-        CHECK(same(released.forward(x, x, x, causal).output, keep.forward(x, x, x, causal).output));
+        CHECK(same_bits(released.forward(x, x, x, causal).output, keep.forward(x, x, x, causal).output));
     }
     // Decode: a prompt chunk, then one token at a time, into a float and a bf16 cache.
     for (Precision cache_precision : {Precision::float32, Precision::bf16}) {
         CAPTURE(headwise::to_string(cache_precision));
         auto cache_keep = keep.make_kv_cache(2, 9, cache_precision);
         auto cache_released = released.make_kv_cache(2, 9, cache_precision);
-        CHECK(same(released.decode(x, cache_released), keep.decode(x, cache_keep)));
+        CHECK(same_bits(released.decode(x, cache_released), keep.decode(x, cache_keep)));
         for (int t = 0; t < 3; ++t) {
             const Tensor<float> step = Tensor<float>::uniform(Shape{2, 1, 32}, -1.0, 1.0, rng);
             Tensor<float> out(step.shape());
             released.decode_into(step, cache_released, out);
-            CHECK(same(out, keep.decode(step, cache_keep)));
+            CHECK(same_bits(out, keep.decode(step, cache_keep)));
         }
     }
     // Released a second time: nothing more happens.
     released.with_precision(Precision::bf16, FloatWeights::release);
     CHECK(released.memory_bytes() == 2 * n.weights + 4 * n.others);
-    CHECK(same(released.forward(x, kv, kv).output, keep.forward(x, kv, kv).output));
+    CHECK(same_bits(released.forward(x, kv, kv).output, keep.forward(x, kv, kv).output));
 }
 
 TEST_CASE("MultiheadAttention with kdim and vdim (q, k, v_proj_weight) released as keep",
@@ -153,7 +149,7 @@ TEST_CASE("MultiheadAttention with kdim and vdim (q, k, v_proj_weight) released 
     const Tensor<float> q = Tensor<float>::uniform(Shape{3, 4, 16}, -1.0, 1.0, rng);
     const Tensor<float> k = Tensor<float>::uniform(Shape{3, 7, 12}, -1.0, 1.0, rng);
     const Tensor<float> v = Tensor<float>::uniform(Shape{3, 7, 20}, -1.0, 1.0, rng);
-    CHECK(same(released.forward(q, k, v).output, keep.forward(q, k, v).output));
+    CHECK(same_bits(released.forward(q, k, v).output, keep.forward(q, k, v).output));
     check_refused("headwise::MultiheadAttention::visit_parameters",
                   [&] { (void)released.state_dict(); });
 }
@@ -174,14 +170,14 @@ TEST_CASE("MultiheadAttention released refuses every call that needs the float w
     REQUIRE(fwd.differentiable());
     mha.eval();
     const Tensor<float> y = mha.forward(x, x, x).output;
-    CHECK(same(y, fwd.output));  // no dropout: training and evaluation agree
+    CHECK(same_bits(y, fwd.output));  // no dropout: training and evaluation agree
     const std::size_t bytes = mha.memory_bytes();
     const MultiheadAttention<float>& c = mha;
     const auto still_usable = [&] {
         CHECK(mha.float_weights_released());
         CHECK(mha.precision() == Precision::bf16);
         CHECK(mha.memory_bytes() == bytes);
-        CHECK(same(mha.forward(x, x, x).output, y));
+        CHECK(same_bits(mha.forward(x, x, x).output, y));
     };
 
     check_refused("headwise::MultiheadAttention::backward", [&] { mha.backward(fwd, fwd.output); });
@@ -239,7 +235,7 @@ TEST_CASE(
     REQUIRE(sd.size() == expected.size());
     for (const auto& [name, value] : expected) {
         CAPTURE(name);
-        CHECK(same(sd.at(name), value));  // exact widening
+        CHECK(same_bits(sd.at(name), value));  // exact widening
     }
     for (const auto& [name, grad] : mha.grad_dict())
         for (Index i = 0; i < grad.numel(); ++i) REQUIRE(grad.data()[i] == 0.0f);
@@ -252,14 +248,14 @@ TEST_CASE(
     const Tensor<float> k = Tensor<float>::uniform(Shape{2, 4, kdim}, -1.0, 1.0, rng);
     const Tensor<float> dy = Tensor<float>::uniform(Shape{2, 3, 16}, -1.0, 1.0, rng);
     const auto a = mha.forward(q, k, k), b = rounded.forward(q, k, k);
-    CHECK(same(a.output, b.output));
+    CHECK(same_bits(a.output, b.output));
     const auto ga = mha.backward(a, dy), gb = rounded.backward(b, dy);
-    CHECK(same(ga.query, gb.query));
-    CHECK(same(ga.key, gb.key));
+    CHECK(same_bits(ga.query, gb.query));
+    CHECK(same_bits(ga.key, gb.key));
     const auto grads = mha.grad_dict(), grads_expected = rounded.grad_dict();
     for (const auto& [name, grad] : grads_expected) {
         CAPTURE(name);
-        CHECK(same(grads.at(name), grad));
+        CHECK(same_bits(grads.at(name), grad));
     }
     // Back to bf16 with either choice.
     mha.with_precision(Precision::bf16);
