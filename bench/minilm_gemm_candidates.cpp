@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     for (const int m : tokens) {
         std::vector<Product> products;
         for (int layer = 0; layer < 6; ++layer) {
-            for (const auto& [in, out] : {std::pair{384, 1152}, {384, 384}, {384, 1536}, {1536, 384}}) {
+            for (const auto& [in, out] :
+                 {std::pair{384, 1152}, {384, 384}, {384, 1536}, {1536, 384}}) {
                 Product p;
                 p.in = in;
                 p.out = out;
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
 
         const auto openblas_wt_stored = [&] {
             for (const Product& p : products)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, p.out, p.in, 1.0f,
-                            x.data(), p.in, p.w.data(), p.in, 0.0f, y.data(), p.out);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, p.out, p.in, 1.0f, x.data(),
+                            p.in, p.w.data(), p.in, 0.0f, y.data(), p.out);
         };
         const auto openblas_transposed = [&] {
             for (const Product& p : products)
@@ -101,9 +102,9 @@ int main(int argc, char** argv) {
         const auto onednn_packed = [&] {
             for (Product& p : products) {
                 dnnl::memory src(p.src, engine, x.data()), dst(p.dst, engine, y.data());
-                p.matmul.execute(stream, {{DNNL_ARG_SRC, src},
-                                          {DNNL_ARG_WEIGHTS, p.packed},
-                                          {DNNL_ARG_DST, dst}});
+                p.matmul.execute(
+                    stream,
+                    {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.packed}, {DNNL_ARG_DST, dst}});
             }
             stream.wait();
         };

@@ -9,8 +9,8 @@
 #include <tuple>      // std::tuple
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/distribution.hpp"
+#include "support/instantiations.hpp"
 
 using headwise::Index;
 using headwise::Shape;

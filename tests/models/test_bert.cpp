@@ -17,9 +17,9 @@
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/golden.hpp"
 #include "support/golden_models.hpp"
+#include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
 using headwise::Index;

@@ -16,9 +16,9 @@
 #include <vector>      // std::vector
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
 using headwise::Index;

@@ -20,10 +20,10 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/decode_by_token.hpp"
 #include "support/golden.hpp"
 #include "support/golden_models.hpp"
+#include "support/instantiations.hpp"
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 

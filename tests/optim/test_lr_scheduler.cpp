@@ -13,8 +13,8 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 
 using namespace headwise;
 

@@ -106,7 +106,8 @@ TEST_CASE("MultiheadAttention released forwards and decodes as keep bit for bit"
         CHECK(same_bits(b.attn_weights, a.attn_weights));
         AttentionMasks<float> causal;
         causal.is_causal = true;
-        CHECK(same_bits(released.forward(x, x, x, causal).output, keep.forward(x, x, x, causal).output));
+        CHECK(same_bits(released.forward(x, x, x, causal).output,
+                        keep.forward(x, x, x, causal).output));
     }
     // Decode: a prompt chunk, then one token at a time, into a float and a bf16 cache.
     for (Precision cache_precision : {Precision::float32, Precision::bf16}) {

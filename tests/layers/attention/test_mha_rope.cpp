@@ -12,8 +12,8 @@
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
-#include "support/instantiations.hpp"
 #include "support/golden.hpp"
+#include "support/instantiations.hpp"
 #include "support/match.hpp"
 #include "support/mha_case.hpp"
 #include "support/mha_random.hpp"
