@@ -8,7 +8,7 @@
 
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
-#include <optional>   // std::nullopt
+#include <optional>   // std::nullopt, std::optional
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string
 #include <utility>    // std::make_pair
@@ -510,4 +510,49 @@ TEST_CASE("tape: errors") {
                           "headwise::TransformerEncoderLayer is in eval mode, which saves nothing "
                           "for backward; call train(), or run it on a tape in no-grad mode");
     }
+}
+
+TEST_CASE("tape: a Var of a destroyed tape is refused, by a new tape at the same address too") {
+    headwise::Generator rng(23);
+    namespace ag = headwise::autograd;
+    // std::optional reuses its storage: the second tape sits where the first one was, and both
+    // begin with their first recording, which a per-tape count would number alike.
+    std::optional<Tape<double>> tape;
+    tape.emplace();
+    const Tape<double>* first = &*tape;
+    const Var<double> old_leaf = tape->input(Tensor<double>::randn(Shape{2, 3}, rng), true);
+    const Var<double> old_sum = old_leaf + old_leaf;  // node 1 of the old recording
+    tape.reset();
+    CHECK(old_leaf.tape() == nullptr);
+    CHECK_THROWS_AS(ag::add(old_leaf, old_leaf), std::invalid_argument);
+    CHECK_THROWS_WITH(ag::add(old_leaf, old_leaf),
+                      "headwise::autograd::add: a: belongs to a tape that no longer exists (a "
+                      "Var must not outlive its tape)");
+
+    tape.emplace();
+    REQUIRE(&*tape == first);
+    const Var<double> leaf = tape->input(Tensor<double>::randn(Shape{2, 3}, rng), true);
+    const Var<double> sum = leaf + leaf;
+    const Tensor<double> target(Shape{2, 3});
+    const Var<double> loss = ag::mse_loss(sum + leaf, TensorView<const double>(target));
+    // The old Vars' nodes exist in the new recording (indices 0 and 1): before, they passed for
+    // its own and backward or grad() used the new nodes with the old values.
+    CHECK_THROWS_WITH(ag::add(leaf, old_sum),
+                      "headwise::autograd::add: b: belongs to a tape that no longer exists (a "
+                      "Var must not outlive its tape)");
+    CHECK_THROWS_WITH(tape->backward(old_sum, old_sum.value()),
+                      "headwise::autograd::Tape::backward: output: belongs to a tape that no "
+                      "longer exists (a Var must not outlive its tape)");
+    tape->backward(loss);
+    CHECK_THROWS_AS(tape->grad(old_leaf), std::invalid_argument);
+    CHECK_THROWS_WITH(tape->grad(old_leaf),
+                      "headwise::autograd::Tape::grad: x: belongs to a tape that no longer exists "
+                      "(a Var must not outlive its tape)");
+    CHECK(tape->grad(leaf).shape() == Shape{2, 3});
+
+    // A live tape's recordings are numbered apart from every other tape's: a Var of another
+    // tape is never stale on this one, whatever either has recorded.
+    Tape<double> other;
+    const Var<double> z = other.input(Tensor<double>::randn(Shape{2, 3}, rng), true);
+    CHECK_THROWS_WITH(ag::add(leaf, z), "headwise::autograd::add: b: belongs to another tape");
 }

@@ -2,6 +2,7 @@
 // Tape<T> and its Var<T> handles: reverse mode over recorded module calls, one backward for all.
 #pragma once
 
+#include <atomic>            // std::atomic
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::uint64_t
 #include <functional>        // std::function
@@ -26,8 +27,10 @@ class Tape;
 /// A value computed under a Tape: a read-only view of a tensor that the Var keeps alive, and,
 /// when the tape recorded the call that made it, the node of the tape that backward reaches
 /// it through. Cheap to copy (copies share the tensor). A Var belongs to one tape and to one
-/// recording of it: after clear() (or a new recording following backward) it is a stale handle
-/// that recorded functions refuse. Its tape must outlive the calls that take it.
+/// recording of it, which it names by a number no other recording of any tape of the process
+/// shares: after clear() (or a new recording following backward) it is a stale handle that
+/// recorded functions refuse, and so is a Var whose tape was destroyed (even when a new tape
+/// sits at the same address) or that another tape made.
 template <class T>
 class Var {
 public:
@@ -40,15 +43,18 @@ public:
     double item() const;
     /// Whether backward reaches this value (the tape recorded the call that made it).
     bool recorded() const noexcept { return node_ != kNone; }
-    Tape<T>* tape() const noexcept { return tape_; }
+    /// The tape that made it; nullptr for an empty Var and once that tape was destroyed.
+    Tape<T>* tape() const noexcept { return tape_ ? *tape_ : nullptr; }
 
 private:
     friend class Tape<T>;
     static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
-    Tape<T>* tape_ = nullptr;
+    // The tape's own pointer to itself, which its destructor sets to nullptr: a Var never
+    // reaches a destroyed tape, nor mistakes a new tape at the same address for its own.
+    std::shared_ptr<Tape<T>* const> tape_;
     std::size_t node_ = kNone;          // index into the tape's nodes, or kNone
-    std::uint64_t epoch_ = 0;           // which recording of the tape made it
+    std::uint64_t recording_ = 0;       // which recording made it (process-wide, never reused)
     std::shared_ptr<const void> keep_;  // owns what value_ views
     TensorView<const T> value_;
 };
@@ -84,6 +90,12 @@ public:
     // Vars point at their tape: it stays where it is.
     Tape(const Tape&) = delete;
     Tape& operator=(const Tape&) = delete;
+    /// The Vars it made say from now on that their tape no longer exists.
+    ~Tape() { *self_ = nullptr; }
+
+    /// The tape of `v`, for a recorded function: throws std::invalid_argument naming `function`
+    /// and `argument` for an empty Var or one whose tape was destroyed.
+    static Tape& of(const char* function, const char* argument, const Var<T>& v);
 
     bool recording() const noexcept { return recording_; }
     /// Switches recording on or off for the calls that follow; what is recorded stays.
@@ -152,9 +164,19 @@ private:
 
     void check_var(const char* function, const char* argument, const Var<T>& v) const;
     void new_recording();
+    /// A number no recording of any tape of this scalar type had before, nor will have.
+    static const char* without_tape(bool empty) noexcept {
+        return empty ? "is an empty Var (made by no tape)"
+                     : "belongs to a tape that no longer exists (a Var must not outlive its tape)";
+    }
+    static std::uint64_t next_recording() noexcept {
+        static std::atomic<std::uint64_t> counter{0};
+        return ++counter;  // starts at 1: 0 is an empty Var's
+    }
 
+    std::shared_ptr<Tape*> self_ = std::make_shared<Tape*>(this);
     std::vector<Node> nodes_;
-    std::uint64_t epoch_ = 0;
+    std::uint64_t recording_id_ = next_recording();
     std::size_t live_ = 0;  // nodes whose backward (and saved activations) are held
     bool recording_ = true;
     bool done_ = false;  // backward ran over the current recording
@@ -174,7 +196,7 @@ void Tape<T>::new_recording() {
     nodes_.clear();
     live_ = 0;
     done_ = false;
-    ++epoch_;
+    recording_id_ = next_recording();
 }
 
 template <class T>
@@ -183,12 +205,24 @@ void Tape<T>::clear() {
 }
 
 template <class T>
+Tape<T>& Tape<T>::of(const char* function, const char* argument, const Var<T>& v) {
+    if (v.tape() == nullptr)
+        throw std::invalid_argument(std::string(function) + ": " + argument + ": " +
+                                    without_tape(v.tape_ == nullptr));
+    return *v.tape();
+}
+
+template <class T>
 void Tape<T>::check_var(const char* function, const char* argument, const Var<T>& v) const {
-    if (v.tape_ != this)
-        throw std::invalid_argument(
-            std::string(function) + ": " + argument + ": " +
-            (v.tape_ ? "belongs to another tape" : "is an empty Var (made by no tape)"));
-    if (v.epoch_ != epoch_)
+    if (v.tape() == nullptr)
+        throw std::invalid_argument(std::string(function) + ": " + argument + ": " +
+                                    without_tape(v.tape_ == nullptr));
+    // The identity of the shared self-pointer, not the address: a tape made where a destroyed one
+    // was has another.
+    if (v.tape_ != self_)
+        throw std::invalid_argument(std::string(function) + ": " + argument +
+                                    ": belongs to another tape");
+    if (v.recording_ != recording_id_)
         throw std::invalid_argument(std::string(function) + ": " + argument +
                                     ": is stale: recorded before the tape was cleared or a new "
                                     "recording began");
@@ -231,8 +265,8 @@ bool Tape<T>::begin_call(const char* function, const Var<T>* const* inputs,
 template <class T>
 Var<T> Tape<T>::constant(std::shared_ptr<const void> keep, TensorView<const T> value) {
     Var<T> v;
-    v.tape_ = this;
-    v.epoch_ = epoch_;
+    v.tape_ = self_;
+    v.recording_ = recording_id_;
     v.keep_ = std::move(keep);
     v.value_ = value;
     return v;

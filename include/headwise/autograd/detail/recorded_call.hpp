@@ -18,9 +18,7 @@ namespace headwise::autograd::detail {
 /// For the modules whose backward is `Tensor<T> backward(x, dy)`.
 template <class T, class M>
 Var<T> apply_on_input(const char* fn, M& m, const Var<T>& x, bool has_parameters) {
-    if (x.tape() == nullptr)
-        throw std::invalid_argument(std::string(fn) + ": x: is an empty Var (made by no tape)");
-    Tape<T>& tape = *x.tape();
+    Tape<T>& tape = Tape<T>::of(fn, "x", x);
     const bool rec = tape.begin_call(fn, {&x}, {"x"}, has_parameters);
     auto y = std::make_shared<Tensor<T>>(m.forward(x.value()));
     TensorView<const T> yv = *y;
@@ -32,10 +30,7 @@ Var<T> apply_on_input(const char* fn, M& m, const Var<T>& x, bool has_parameters
 
 template <class T>
 Tape<T>& tape_of(const char* fn, const char* argument, const Var<T>& v) {
-    if (v.tape() == nullptr)
-        throw std::invalid_argument(std::string(fn) + ": " + argument +
-                                    ": is an empty Var (made by no tape)");
-    return *v.tape();
+    return Tape<T>::of(fn, argument, v);
 }
 
 /// Throws before a module in eval mode runs a forward that a recording tape could not
