@@ -5,7 +5,9 @@
 
 #include <algorithm>  // std::sort, std::count
 #include <cstdint>    // std::uint64_t
+#include <limits>     // std::numeric_limits
 #include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
@@ -98,4 +100,28 @@ TEST_CASE("DistributedSampler: bad arguments throw, naming the constructor", "[d
         DistributedSampler(3, 4, 0, 0, true, true), std::invalid_argument,
         Message(std::string(fn) + "size: must be at least world = 4 with drop_last, got 3"));
     REQUIRE(DistributedSampler(0, 2, 1).indices().empty());
+}
+
+TEST_CASE("DistributedSampler: sizes near the largest Index, without overflow", "[distributed]") {
+    const char* fn = "headwise::distributed::DistributedSampler::DistributedSampler: ";
+    constexpr Index kMax = std::numeric_limits<Index>::max();
+    // ceil(size / world) was (size + world - 1) / world: past the largest Index for these.
+    const DistributedSampler exact(kMax - 1, 3, 2);  // 3 * 3074457345618258602 = kMax - 1
+    REQUIRE(exact.num_samples() == 3074457345618258602);
+    REQUIRE(exact.total_size() == kMax - 1);
+    const DistributedSampler one(kMax, 1, 0);
+    REQUIRE(one.num_samples() == kMax);
+    REQUIRE(one.total_size() == kMax);
+    const DistributedSampler dropped(kMax, 2, 1, 0, true, true);
+    REQUIRE(dropped.num_samples() == kMax / 2);
+    REQUIRE(dropped.total_size() == kMax - 1);
+    // Padding kMax indices to a multiple of 2 or 3 would need more than the largest Index.
+    REQUIRE_THROWS_MATCHES(DistributedSampler(kMax, 2, 0), std::invalid_argument,
+                           Message(std::string(fn) +
+                                   "size: padded to a multiple of world = 2, must stay at most "
+                                   "9223372036854775807, got 9223372036854775807"));
+    REQUIRE_THROWS_MATCHES(DistributedSampler(kMax, 3, 0), std::invalid_argument,
+                           Message(std::string(fn) +
+                                   "size: padded to a multiple of world = 3, must stay at most "
+                                   "9223372036854775807, got 9223372036854775807"));
 }

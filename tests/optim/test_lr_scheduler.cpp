@@ -9,6 +9,7 @@
 
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
+#include <limits>     // std::numeric_limits
 #include <string>     // std::string
 #include <vector>     // std::vector
 
@@ -216,6 +217,21 @@ TEST_CASE("schedules reject torch's invalid arguments with the argument and the 
         SequentialLR({LinearLR(), StepLR(2), CosineAnnealingLR(5)}, {5, 5}), std::invalid_argument,
         Message("headwise::SequentialLR: milestones[1]: must be greater than milestones[0] = 5, "
                 "got 5"));
+    // The largest Index as a milestone: the check must not compute milestones[0] + 1.
+    constexpr Index kMax = std::numeric_limits<Index>::max();
+    CHECK_THROWS_MATCHES(
+        SequentialLR({LinearLR(), StepLR(2), CosineAnnealingLR(5)}, {kMax, 5}),
+        std::invalid_argument,
+        Message("headwise::SequentialLR: milestones[1]: must be greater than milestones[0] = "
+                "9223372036854775807, got 5"));
+    CHECK_THROWS_MATCHES(
+        SequentialLR({LinearLR(), StepLR(2), CosineAnnealingLR(5)}, {kMax, kMax}),
+        std::invalid_argument,
+        Message("headwise::SequentialLR: milestones[1]: must be greater than milestones[0] = "
+                "9223372036854775807, got 9223372036854775807"));
+    const SequentialLR last({ConstantLR(0.5, kMax), StepLR(2)}, {kMax});
+    CHECK(last.lr(1.0, kMax - 1) == 0.5);
+    CHECK(last.lr(1.0, kMax) == 1.0);
     // MultiStepLR counts a repeated milestone twice and sorts them, as torch's Counter does.
     const MultiStepLR m({7, 2, 7}, 0.5);
     CHECK(m.milestones() == std::vector<Index>{2, 7, 7});

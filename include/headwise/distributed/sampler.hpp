@@ -4,6 +4,7 @@
 
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::uint64_t
+#include <limits>     // std::numeric_limits
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
 #include <utility>    // std::swap
@@ -32,7 +33,8 @@ namespace headwise::distributed {
 class DistributedSampler {
 public:
     /// Throws std::invalid_argument naming this constructor for size < 0, world < 1, a rank
-    /// outside [0, world), or drop_last with fewer indices than ranks.
+    /// outside [0, world), drop_last with fewer indices than ranks, or (without drop_last) a
+    /// padded total_size() that an Index cannot hold.
     DistributedSampler(Index size, int world, int rank, std::uint64_t seed = 0, bool shuffle = true,
                        bool drop_last = false);
 
@@ -91,7 +93,15 @@ inline DistributedSampler::DistributedSampler(Index size, int world, int rank, s
         throw std::invalid_argument(fn +
                                     ": size: must be at least world = " + std::to_string(world) +
                                     " with drop_last, got " + std::to_string(size));
-    num_samples_ = drop_last ? size / world : (size + world - 1) / world;
+    // ceil(size / world) without forming size + world - 1, and the padded total checked before
+    // it is formed: both overflow an Index for sizes near its largest value.
+    const Index samples = size / world + (!drop_last && size % world != 0 ? 1 : 0);
+    if (samples > std::numeric_limits<Index>::max() / world)
+        throw std::invalid_argument(fn + ": size: padded to a multiple of world = " +
+                                    std::to_string(world) + ", must stay at most " +
+                                    std::to_string(std::numeric_limits<Index>::max()) +
+                                    ", got " + std::to_string(size));
+    num_samples_ = samples;
 }
 
 inline std::vector<Index> DistributedSampler::permutation() const {
@@ -122,8 +132,8 @@ inline std::vector<Index> DistributedSampler::indices() const {
     if (size_ == 0) return mine;
     const std::vector<Index> order = permutation();
     mine.reserve(static_cast<std::size_t>(num_samples_));
-    for (Index i = rank_; i < total_size(); i += world_)
-        mine.push_back(order[static_cast<std::size_t>(i)]);
+    for (Index k = 0; k < num_samples_; ++k)  // i = rank + k world < total_size(): no overflow
+        mine.push_back(order[static_cast<std::size_t>(rank_ + k * world_)]);
     return mine;
 }
 

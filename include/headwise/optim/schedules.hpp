@@ -267,8 +267,9 @@ inline SequentialLR::SequentialLR(std::vector<Schedule> schedules, std::vector<I
                                    std::to_string(schedules_.size()) + " schedules)",
                                std::to_string(milestones_.size()) + " entries");
     for (std::size_t i = 0; i < milestones_.size(); ++i) {
-        const Index least = i == 0 ? 1 : milestones_[i - 1] + 1;
-        if (milestones_[i] < least)
+        // Compared with the previous milestone itself, not with it + 1, which overflows at the
+        // largest Index.
+        if (i == 0 ? milestones_[i] < 1 : milestones_[i] <= milestones_[i - 1])
             throw_invalid_argument(kName, "milestones[" + std::to_string(i) + "]",
                                    i == 0 ? "must be at least 1"
                                           : "must be greater than milestones[" +
