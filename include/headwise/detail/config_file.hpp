@@ -6,7 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>      // std::isfinite
-#include <cstdint>    // std::int64_t
+#include <cstdint>    // std::uint64_t
+#include <limits>     // std::numeric_limits
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string, std::to_string
 #include <utility>    // std::move
@@ -18,7 +19,8 @@ namespace headwise::detail {
 
 /// The JSON object of a config.json. A key that is absent or null leaves its value as it was
 /// (or fails, "missing", when it is required); a key of the wrong type or range fails with
-/// std::runtime_error "<fn>: <path>: <key>: expected ..., got <the JSON value>".
+/// std::runtime_error "<fn>: <path>: <key>: expected ..., got <the JSON value>", the value as
+/// describe_json() gives it (bounded: a long string cut, an array or object by its size).
 class ConfigFile {
 public:
     ConfigFile(const char* fn, std::string path)
@@ -38,12 +40,17 @@ public:
             if (required) fail(key, "missing");
             return;
         }
-        if (!it->is_number_integer()) fail(key, "expected an integer, got " + it->dump());
-        const auto v = it->get<std::int64_t>();
+        if (!it->is_number_integer()) fail(key, "expected an integer, got " + describe_json(*it));
+        // An unsigned value beyond Index's range would wrap to a negative one in get<Index>().
+        const Index most = std::numeric_limits<Index>::max();
+        if (it->is_number_unsigned() &&
+            it->get<std::uint64_t>() > static_cast<std::uint64_t>(most))
+            fail(key, "expected at most " + std::to_string(most) + ", got " + describe_json(*it));
+        const auto v = it->get<Index>();
         if (v < minimum)
             fail(key,
                  "expected at least " + std::to_string(minimum) + ", got " + std::to_string(v));
-        into = static_cast<Index>(v);
+        into = v;
     }
 
     /// `key` of object `o` (this file's or one inside it) as a finite number of at least
@@ -56,7 +63,7 @@ public:
         if (!it->is_number() || !std::isfinite(v) || v < minimum || (exclusive && v == minimum))
             fail(key, std::string("expected a finite number ") +
                           (exclusive ? "above " : "of at least ") + nlohmann::json(minimum).dump() +
-                          ", got " + it->dump());
+                          ", got " + describe_json(*it));
         into = v;
     }
     void number(const char* key, double& into, double minimum, bool exclusive) const {
@@ -67,7 +74,7 @@ public:
     void boolean(const char* key, bool& into) const {
         const auto it = json_.find(key);
         if (it == json_.end() || it->is_null()) return;
-        if (!it->is_boolean()) fail(key, "expected true or false, got " + it->dump());
+        if (!it->is_boolean()) fail(key, "expected true or false, got " + describe_json(*it));
         into = it->get<bool>();
     }
 
@@ -75,7 +82,7 @@ public:
     void expect_string(const char* key, const char* expected) const {
         const auto it = json_.find(key);
         if (it != json_.end() && !it->is_null() && *it != expected)
-            fail(key, std::string("expected \"") + expected + "\", got " + it->dump());
+            fail(key, std::string("expected \"") + expected + "\", got " + describe_json(*it));
     }
 
     /// num_attention_heads must divide hidden_size.

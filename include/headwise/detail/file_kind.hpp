@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// What a weight file is, from its first bytes, so that a loader given the wrong kind says so.
+// What a weight file is, from its first bytes, so that a loader given the wrong kind says so; and
+// what a path names when it is no regular file, so that readers and savers refuse it.
 #pragma once
 
 #include <cstddef>       // std::size_t
 #include <cstdint>       // std::uint8_t, std::uint64_t
 #include <cstring>       // std::memcmp
-#include <filesystem>    // std::filesystem::path
+#include <filesystem>    // std::filesystem::path, status, symlink_status
 #include <fstream>       // std::ifstream
 #include <ios>           // std::ios, std::streamsize
 #include <string>        // std::string, std::to_string
@@ -13,6 +14,14 @@
 #include <vector>        // std::vector
 
 namespace headwise::detail {
+
+/// What `path` names when that is neither a regular file nor nothing: "a directory", "a FIFO",
+/// "a socket", "a character device", "a block device" or "a file of unknown type", preceded by
+/// "a symbolic link to " when `path` is a symbolic link to one. Empty for a regular file (or a
+/// symbolic link to one) and for a path that names nothing (or a symbolic link that leads
+/// nowhere). Looks only at the directory entries (stat), never opens the file: opening a FIFO
+/// blocks until a writer comes.
+std::string special_file_kind(const std::string& path);
 
 /// The kinds of file a user may hand to a loader by mistake, told apart by their first bytes.
 /// `unknown` means nothing was recognised for certain: the loader's own checks then speak.
@@ -93,6 +102,24 @@ inline std::string converted_name(const std::string& path) {
 }
 
 }  // namespace file_kind_impl
+
+inline std::string special_file_kind(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);  // follows symbolic links
+    std::string kind;
+    switch (st.type()) {
+        case fs::file_type::directory: kind = "a directory"; break;
+        case fs::file_type::fifo: kind = "a FIFO"; break;
+        case fs::file_type::socket: kind = "a socket"; break;
+        case fs::file_type::character: kind = "a character device"; break;
+        case fs::file_type::block: kind = "a block device"; break;
+        case fs::file_type::unknown: kind = "a file of unknown type"; break;
+        default: return "";  // regular, not found, or not statable (the open then says why)
+    }
+    if (fs::is_symlink(fs::symlink_status(path, ec))) kind = "a symbolic link to " + kind;
+    return kind;
+}
 
 inline FileKind file_kind(const std::uint8_t* data, std::size_t size, std::uint64_t file_size) {
     using file_kind_impl::load_le;
