@@ -236,6 +236,41 @@ TEMPLATE_TEST_CASE(
     }
 }
 
+namespace {
+
+/// What `f` throws as std::invalid_argument, or says that it threw something else or nothing.
+template <class F>
+std::string message_of(F&& f) {
+    try {
+        f();
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    } catch (const std::exception& e) {
+        return std::string("another exception: ") + e.what();
+    }
+    return "no exception";
+}
+
+/// True on every rank when every rank's message is the one it expects (each rank's own
+/// comparison is a CHECK, so that a failure prints both; REQUIRE only the agreed result).
+bool all_say(const hd::Communicator& world, const std::string& got, const std::string& expected) {
+    CHECK(got == expected);
+    return world.all(got == expected);
+}
+
+const std::string kConstructor = "headwise::distributed::DataParallel::DataParallel: ";
+
+/// The message of a rank when rank 1 alone has `odd` for `field` and the others `usual`.
+std::string rank_1_differs(const hd::Communicator& world, const std::string& field,
+                           const std::string& usual, const std::string& odd) {
+    const int r = world.rank();
+    return kConstructor + field + ": differs across ranks: rank " + std::to_string(r) + " of " +
+           std::to_string(world.size()) + " has " + (r == 1 ? odd : usual) + ", rank " +
+           (r == 1 ? "0" : "1") + " has " + (r == 1 ? usual : odd);
+}
+
+}  // namespace
+
 TEST_CASE("DataParallel: ranks whose parameters differ all throw, naming the constructor",
           "[distributed]") {
     hd::Communicator world;
@@ -245,18 +280,22 @@ TEST_CASE("DataParallel: ranks whose parameters differ all throw, naming the con
         REQUIRE_NOTHROW(hd::DataParallel<double>(world, net.parameters()));
         return;
     }
-    const std::string scalars = std::to_string(net.parameter_count());
-    REQUIRE_THROWS_MATCHES(
-        hd::DataParallel<double>(world, net.parameters()), std::invalid_argument,
-        Message("headwise::distributed::DataParallel::DataParallel: parameters: differ across "
-                "ranks (count, names, shapes or scalar type): rank " +
-                std::to_string(world.rank()) + " of " + std::to_string(world.size()) +
-                " has 14 parameters with " + scalars +
-                " scalars, the ranks have 14 to 14 parameters with " +
-                std::to_string(Net<double>(1).parameter_count()) + " to " +
-                std::to_string(Net<double>(1, 0.0, kClasses + 1).parameter_count()) + " scalars"));
-    // The same count and shapes in float on one rank and double on another cannot be checked
-    // here (one scalar type per DataParallel); a bad option throws before any collective.
+    const std::vector<Parameter<double>> params = net.parameters();
+    std::size_t head = 0;
+    while (params[head].name != "head.weight") ++head;
+    const std::string usual = "'head.weight' [" + std::to_string(kClasses) + ", " +
+                              std::to_string(kFeatures) + "]";
+    const std::string odd = "'head.weight' [" + std::to_string(kClasses + 1) + ", " +
+                            std::to_string(kFeatures) + "]";
+    const int r = world.rank();
+    REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params); }),
+                    kConstructor + "parameters[" + std::to_string(head) +
+                        "]: name or shape: differs across ranks: rank " + std::to_string(r) +
+                        " of " + std::to_string(world.size()) + " has " +
+                        (r == 1 ? odd : usual) + ", rank " + (r == 1 ? "0" : "1") + " has " +
+                        (r == 1 ? usual : odd)));
+
+    // A bad option on every rank throws there, before anything is written.
     Net<float> f(1);
     hd::DataParallelOptions bad;
     bad.bucket_bytes = 0;
@@ -264,6 +303,101 @@ TEST_CASE("DataParallel: ranks whose parameters differ all throw, naming the con
                            std::invalid_argument,
                            Message("headwise::distributed::DataParallel::DataParallel: "
                                    "options.bucket_bytes: must be positive, got 0"));
+}
+
+TEST_CASE("DataParallel: ranks that disagree on what shapes the communication all throw",
+          "[distributed]") {
+    hd::Communicator world;
+    const int r = world.rank(), n = world.size();
+    Net<double> net(1);
+    Net<float> net_float(1);
+    const std::vector<Parameter<double>> params = net.parameters();
+    if (n == 1) {
+        REQUIRE_NOTHROW(hd::DataParallel<double>(world, params));
+        return;
+    }
+    const std::string size = std::to_string(n);
+
+    SECTION("bucket_bytes") {
+        // Before, the ranks packed different buckets: an MPI_Bcast of mismatched sizes (a heap
+        // overflow), a hang, or ranks training from different parameters.
+        hd::DataParallelOptions o;
+        if (r == 1) o.bucket_bytes = 256;
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
+                        rank_1_differs(world, "options.bucket_bytes",
+                                       std::to_string(std::size_t{25} << 20), "256")));
+    }
+    SECTION("bucket_bytes 0 on one rank: that rank refuses it, the others name it") {
+        hd::DataParallelOptions o;
+        if (r == 1) o.bucket_bytes = 0;
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
+                        r == 1 ? kConstructor + "options.bucket_bytes: must be positive, got 0"
+                               : rank_1_differs(world, "options.bucket_bytes",
+                                                std::to_string(std::size_t{25} << 20), "0")));
+    }
+    SECTION("root") {
+        hd::DataParallelOptions o;
+        if (r == 1) o.root = 1;
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
+                        rank_1_differs(world, "options.root", "0", "1")));
+    }
+    SECTION("root that is no rank, on one rank") {
+        hd::DataParallelOptions o;
+        if (r == 1) o.root = n;
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
+                        r == 1 ? kConstructor + "options.root: must be a rank in [0, " + size +
+                                     "), got " + size
+                               : rank_1_differs(world, "options.root", "0", size)));
+    }
+    SECTION("scalar type") {
+        const std::string got =
+            r == 1 ? message_of([&] { hd::DataParallel<float>(world, net_float.parameters()); })
+                   : message_of([&] { hd::DataParallel<double>(world, params); });
+        REQUIRE(all_say(world, got, rank_1_differs(world, "scalar type", "double", "float")));
+    }
+    SECTION("parameter count") {
+        std::vector<Parameter<double>> mine = params;
+        if (r == 1) mine.pop_back();
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, mine); }),
+                        rank_1_differs(world, "parameters: count", std::to_string(params.size()),
+                                       std::to_string(params.size() - 1))));
+    }
+    SECTION("parameter name") {
+        std::vector<Parameter<double>> mine = params;
+        if (r == 1) mine[0].name = "renamed";
+        const std::string shape = mine[0].value.shape().str();
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, mine); }),
+                        rank_1_differs(world, "parameters[0]: name or shape",
+                                       "'" + params[0].name + "' " + shape,
+                                       "'renamed' " + shape)));
+    }
+    SECTION("parameter shape, same element count") {
+        // A [24, 8] weight seen as [8, 24]: the scalar total agrees, the layout does not.
+        std::vector<Parameter<double>> mine = params;
+        const Shape s = mine[0].value.shape();
+        const Shape t{s[1], s[0]};
+        if (r == 1) mine[0].value = mine[0].value.reshape(t);
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, mine); }),
+                        rank_1_differs(world, "parameters[0]: name or shape",
+                                       "'" + params[0].name + "' " + s.str(),
+                                       "'" + params[0].name + "' " + t.str())));
+    }
+    SECTION("a gradient that does not fit its value, on one rank") {
+        std::vector<Parameter<double>> mine = params;
+        Tensor<double> small(Shape{1});
+        if (r == 1) mine[0].grad = small;
+        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, mine); }),
+                        r == 1 ? kConstructor + "parameters: '" + params[0].name +
+                                     "': gradient of shape [1] for a value of shape " +
+                                     params[0].value.shape().str()
+                               : kConstructor + "rank 1 of " + size +
+                                     " refused its arguments (options or parameters; its "
+                                     "message says which)"));
+    }
+    // Every rank threw after the same collectives: the job goes on in step.
+    Net<double> again(10 + static_cast<std::uint64_t>(r));
+    hd::DataParallel<double> dp(world, again.parameters());
+    REQUIRE(dp.identical());
 }
 
 TEST_CASE("seed_random_streams: dropout differs per rank, reproducibly", "[distributed]") {
