@@ -1,22 +1,26 @@
 // SPDX-License-Identifier: MIT
 // Exact resume: the optimisers' state dicts, modules' random state, generator states and the
-// checkpoint file that holds them all; training continued from a checkpoint is bit-identical.
+// checkpoint file that holds them all (with a learning-rate scheduler's); training continued from
+// a checkpoint is bit-identical.
 #include <headwise/io/checkpoint.hpp>
 #include <headwise/io/safetensors.hpp>
 #include <headwise/layers/linear.hpp>
 #include <headwise/layers/module.hpp>
 #include <headwise/layers/transformer_encoder_layer.hpp>
 #include <headwise/optim/adam.hpp>
+#include <headwise/optim/lr_scheduler.hpp>
+#include <headwise/optim/schedules.hpp>
 #include <headwise/optim/sgd.hpp>
 #include <headwise/random.hpp>
 
-#include <cstdint>     // std::uint64_t
-#include <cstring>     // std::memcmp
-#include <functional>  // std::function
-#include <map>         // std::map
-#include <stdexcept>   // std::invalid_argument, std::overflow_error, std::runtime_error
-#include <string>      // std::string, std::to_string
-#include <vector>      // std::vector
+#include <cstdint>      // std::uint64_t
+#include <cstring>      // std::memcmp
+#include <functional>   // std::function
+#include <map>          // std::map
+#include <stdexcept>    // std::invalid_argument, std::overflow_error, std::runtime_error
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
@@ -183,6 +187,82 @@ TEMPLATE_TEST_CASE("training resumed from a checkpoint file continues bit for bi
         o.amsgrad = true;
         check_resume<T, AdamW<T>>(o, before, 3, file);
     }
+}
+
+TEMPLATE_TEST_CASE("training with a schedule resumed from a checkpoint continues bit for bit",
+                   "[optim][checkpoint][lr_scheduler]", float, double) {
+    using T = TestType;
+    const test::ScratchDir dir("optim-schedule");
+    const std::string file = dir.file("checkpoint.safetensors");
+    // Saved in the warm-up, at the switch, and in the cosine part.
+    const int before = GENERATE(2, 4, 6);
+    constexpr int kAfter = 5;
+    CAPTURE(before);
+    const auto schedule = [] {
+        return SequentialLR({LinearLR(0.1, 1.0, 4), CosineAnnealingLR(8, 1e-4)}, {4});
+    };
+    AdamOptions o;
+    o.lr = 1e-2;
+    o.weight_decay = 0.01;
+    const auto train_scheduled = [](Net<T>& net, AdamW<T>& opt, LRScheduler<AdamW<T>>& sched,
+                                    Generator& data, int steps) {
+        for (int s = 0; s < steps; ++s) {
+            opt.zero_grad();
+            net.forward_backward(data);
+            opt.step();
+            sched.step();
+        }
+    };
+
+    Net<T> a(1);
+    AdamW<T> opt_a(a.parameters(), o);
+    LRScheduler<AdamW<T>> sched_a(opt_a, schedule());
+    Generator data_a(7);
+    train_scheduled(a, opt_a, sched_a, data_a, before);
+    io::Checkpoint<T> c;
+    c.model = a.state_dict();
+    c.optimiser = opt_a.state_dict();
+    c.scheduler = sched_a.state_dict();
+    c.model_random = a.random_state();
+    c.step = static_cast<std::uint64_t>(before);
+    c.integers["data"] = generator_state(data_a);
+    io::save_checkpoint(file, c);
+    train_scheduled(a, opt_a, sched_a, data_a, kAfter);  // uninterrupted
+
+    // A fresh run: another seed, a scheduler that has stepped elsewhere. The state holds T: a
+    // float dict gives back the base rate exactly when the fresh optimiser starts from the same
+    // rate (as a resumed program does); a double dict gives it back from any.
+    Net<T> b(2);
+    AdamOptions other = o;
+    if (std::is_same_v<T, double>) other.lr = 0.5;
+    AdamW<T> opt_b(b.parameters(), other);
+    LRScheduler<AdamW<T>> sched_b(opt_b, schedule());
+    Generator data_b(8);
+    train_scheduled(b, opt_b, sched_b, data_b, 3);
+    const io::Checkpoint<T> r = io::load_checkpoint<T>(file);
+    REQUIRE(first_difference(r.scheduler, c.scheduler) == "");
+    b.load_state_dict(r.model);
+    opt_b.load_state_dict(r.optimiser);
+    sched_b.load_state_dict(r.scheduler);
+    b.load_random_state(r.model_random);
+    set_generator_state(data_b, r.integers.at("data"));
+    REQUIRE(sched_b.last_epoch() == before);
+    train_scheduled(b, opt_b, sched_b, data_b, kAfter);
+
+    CHECK(first_difference(a.state_dict(), b.state_dict()) == "");
+    CHECK(first_difference(opt_a.state_dict(), opt_b.state_dict()) == "");
+    CHECK(first_difference(sched_a.state_dict(), sched_b.state_dict()) == "");
+    CHECK(sched_a.get_last_lr() == sched_b.get_last_lr());
+    CHECK(sched_a.base_lr() == sched_b.base_lr());
+    CHECK(a.random_state() == b.random_state());
+
+    // A checkpoint without a scheduler (as every file saved before sched.* existed) loads with
+    // an empty one.
+    io::Checkpoint<T> plain = c;
+    plain.scheduler.clear();
+    io::save_checkpoint(file, plain);
+    CHECK(io::load_checkpoint<T>(file).scheduler.empty());
+    CHECK(first_difference(io::load_checkpoint<T>(file).optimiser, c.optimiser) == "");
 }
 
 TEST_CASE("a resumed run differs without the random state: dropout matters here",
@@ -430,7 +510,8 @@ TEST_CASE("checkpoint files: integers exact, strict reading", "[checkpoint][erro
         CHECK_THROWS_MATCHES(io::load_checkpoint<float>(file), std::runtime_error,
                              Message("headwise::io::load_checkpoint: " + file +
                                      ": entry 'weights': not part of a checkpoint (expected "
-                                     "model.*, optim.*, step, random.model or int.*)"));
+                                     "model.*, optim.*, sched.*, step, random.model or "
+                                     "int.*)"));
     }
     SECTION("a piece that is no 16-bit number") {
         raw["int.seeds"].data()[5] = 65536.0f;

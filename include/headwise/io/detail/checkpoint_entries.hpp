@@ -16,6 +16,7 @@ namespace headwise::io::detail::checkpoint {
 
 inline constexpr const char* kModel = "model.";
 inline constexpr const char* kOptimiser = "optim.";
+inline constexpr const char* kScheduler = "sched.";
 inline constexpr const char* kStep = "step";
 inline constexpr const char* kModelRandom = "random.model";
 inline constexpr const char* kIntegers = "int.";
