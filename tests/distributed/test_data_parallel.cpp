@@ -283,17 +283,16 @@ TEST_CASE("DataParallel: ranks whose parameters differ all throw, naming the con
     const std::vector<Parameter<double>> params = net.parameters();
     std::size_t head = 0;
     while (params[head].name != "head.weight") ++head;
-    const std::string usual = "'head.weight' [" + std::to_string(kClasses) + ", " +
-                              std::to_string(kFeatures) + "]";
-    const std::string odd = "'head.weight' [" + std::to_string(kClasses + 1) + ", " +
-                            std::to_string(kFeatures) + "]";
+    const std::string usual =
+        "'head.weight' [" + std::to_string(kClasses) + ", " + std::to_string(kFeatures) + "]";
+    const std::string odd =
+        "'head.weight' [" + std::to_string(kClasses + 1) + ", " + std::to_string(kFeatures) + "]";
     const int r = world.rank();
     REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params); }),
                     kConstructor + "parameters[" + std::to_string(head) +
                         "]: name or shape: differs across ranks: rank " + std::to_string(r) +
-                        " of " + std::to_string(world.size()) + " has " +
-                        (r == 1 ? odd : usual) + ", rank " + (r == 1 ? "0" : "1") + " has " +
-                        (r == 1 ? usual : odd)));
+                        " of " + std::to_string(world.size()) + " has " + (r == 1 ? odd : usual) +
+                        ", rank " + (r == 1 ? "0" : "1") + " has " + (r == 1 ? usual : odd)));
 
     // A bad option on every rank throws there, before anything is written.
     Net<float> f(1);
@@ -344,10 +343,10 @@ TEST_CASE("DataParallel: ranks that disagree on what shapes the communication al
     SECTION("root that is no rank, on one rank") {
         hd::DataParallelOptions o;
         if (r == 1) o.root = n;
-        REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
-                        r == 1 ? kConstructor + "options.root: must be a rank in [0, " + size +
-                                     "), got " + size
-                               : rank_1_differs(world, "options.root", "0", size)));
+        REQUIRE(all_say(
+            world, message_of([&] { hd::DataParallel<double>(world, params, o); }),
+            r == 1 ? kConstructor + "options.root: must be a rank in [0, " + size + "), got " + size
+                   : rank_1_differs(world, "options.root", "0", size)));
     }
     SECTION("scalar type") {
         const std::string got =
@@ -368,8 +367,7 @@ TEST_CASE("DataParallel: ranks that disagree on what shapes the communication al
         const std::string shape = mine[0].value.shape().str();
         REQUIRE(all_say(world, message_of([&] { hd::DataParallel<double>(world, mine); }),
                         rank_1_differs(world, "parameters[0]: name or shape",
-                                       "'" + params[0].name + "' " + shape,
-                                       "'renamed' " + shape)));
+                                       "'" + params[0].name + "' " + shape, "'renamed' " + shape)));
     }
     SECTION("parameter shape, same element count") {
         // A [24, 8] weight seen as [8, 24]: the scalar total agrees, the layout does not.

@@ -116,12 +116,12 @@ TEST_CASE("DistributedSampler: sizes near the largest Index, without overflow", 
     REQUIRE(dropped.num_samples() == kMax / 2);
     REQUIRE(dropped.total_size() == kMax - 1);
     // Padding kMax indices to a multiple of 2 or 3 would need more than the largest Index.
-    REQUIRE_THROWS_MATCHES(DistributedSampler(kMax, 2, 0), std::invalid_argument,
-                           Message(std::string(fn) +
-                                   "size: padded to a multiple of world = 2, must stay at most "
-                                   "9223372036854775807, got 9223372036854775807"));
-    REQUIRE_THROWS_MATCHES(DistributedSampler(kMax, 3, 0), std::invalid_argument,
-                           Message(std::string(fn) +
-                                   "size: padded to a multiple of world = 3, must stay at most "
-                                   "9223372036854775807, got 9223372036854775807"));
+    REQUIRE_THROWS_MATCHES(
+        DistributedSampler(kMax, 2, 0), std::invalid_argument,
+        Message(std::string(fn) + "size: padded to a multiple of world = 2, must stay at most "
+                                  "9223372036854775807, got 9223372036854775807"));
+    REQUIRE_THROWS_MATCHES(
+        DistributedSampler(kMax, 3, 0), std::invalid_argument,
+        Message(std::string(fn) + "size: padded to a multiple of world = 3, must stay at most "
+                                  "9223372036854775807, got 9223372036854775807"));
 }

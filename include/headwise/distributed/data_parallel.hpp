@@ -139,9 +139,8 @@ DataParallel<T>::DataParallel(const Communicator& comm, std::vector<Parameter<T>
                       std::to_string(comm_.size()) + "), got " + std::to_string(options_.root);
     for (const Parameter<T>& p : params_)
         if (local_error.empty() && p.grad.numel() != p.value.numel())
-            local_error = std::string(fn) + ": parameters: '" + p.name +
-                          "': gradient of shape " + p.grad.shape().str() +
-                          " for a value of shape " + p.value.shape().str();
+            local_error = std::string(fn) + ": parameters: '" + p.name + "': gradient of shape " +
+                          p.grad.shape().str() + " for a value of shape " + p.value.shape().str();
 
     // Reverse order: a backward produces the last parameters' gradients first, so these buckets
     // are the ones an overlapping all-reduce could start early.
@@ -220,8 +219,7 @@ void DataParallel<T>::check_consistent(const char* fn, const std::string& local_
         const std::size_t r = other_than_me(w);
         if (r == ranks) return;
         throw std::invalid_argument(std::string(fn) + ": " + field + here + shown(mine[w]) +
-                                    ", rank " + std::to_string(r) + " has " +
-                                    shown(word(r, w)));
+                                    ", rank " + std::to_string(r) + " has " + shown(word(r, w)));
     };
     const auto number = [](std::uint64_t x) { return std::to_string(x); };
     const auto scalar_type = [](std::uint64_t bytes) {
@@ -229,9 +227,7 @@ void DataParallel<T>::check_consistent(const char* fn, const std::string& local_
                : bytes == sizeof(double) ? std::string("double")
                                          : std::to_string(bytes) + "-byte scalars";
     };
-    const auto root = [](std::uint64_t x) {
-        return std::to_string(static_cast<std::int64_t>(x));
-    };
+    const auto root = [](std::uint64_t x) { return std::to_string(static_cast<std::int64_t>(x)); };
     differs("options.bucket_bytes", kBucketBytes, number);
     differs("options.root", kRoot, root);
     differs("scalar type", kScalarBytes, scalar_type);

@@ -97,10 +97,10 @@ inline DistributedSampler::DistributedSampler(Index size, int world, int rank, s
     // it is formed: both overflow an Index for sizes near its largest value.
     const Index samples = size / world + (!drop_last && size % world != 0 ? 1 : 0);
     if (samples > std::numeric_limits<Index>::max() / world)
-        throw std::invalid_argument(fn + ": size: padded to a multiple of world = " +
-                                    std::to_string(world) + ", must stay at most " +
-                                    std::to_string(std::numeric_limits<Index>::max()) +
-                                    ", got " + std::to_string(size));
+        throw std::invalid_argument(
+            fn + ": size: padded to a multiple of world = " + std::to_string(world) +
+            ", must stay at most " + std::to_string(std::numeric_limits<Index>::max()) + ", got " +
+            std::to_string(size));
     num_samples_ = samples;
 }
 
