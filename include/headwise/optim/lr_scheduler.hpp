@@ -49,7 +49,8 @@ namespace headwise {
 ///   _last_lr       [1]: get_last_lr()
 /// Rates follow from the epoch and the base rate by a closed form, so loading restores the rate
 /// exactly. Last epochs are exact up to 2^24 in float and 2^53 in double; state_dict() throws
-/// std::overflow_error past that. When the scheduler steps once per optimiser step, last_epoch
+/// std::overflow_error past that. io::Checkpoint keeps it beside the optimiser's state
+/// (Checkpoint::scheduler). When the scheduler steps once per optimiser step, last_epoch
 /// is also io::Checkpoint's step, so a resumed run may instead make its scheduler (before
 /// loading the optimiser's state, whose lr is not the base rate) and step it that many times:
 /// the rates come out the same (examples/train_sort.cpp does).
