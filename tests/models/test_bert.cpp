@@ -227,7 +227,7 @@ TEST_CASE("SentenceEmbeddingConfig reads modules.json and the pooling config",
     CHECK_THROWS_MATCHES(
         SentenceEmbeddingConfig::from_directory(dir.path().string()), std::runtime_error,
         Message("headwise::models::SentenceEmbeddingConfig::from_directory: " + modules +
-                ": module type sentence_transformers.models.Dense is not "
+                ": module type \"sentence_transformers.models.Dense\" is not "
                 "supported (Transformer, Pooling, Normalize are)"));
 }
 #endif

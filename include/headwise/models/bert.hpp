@@ -24,6 +24,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../config.hpp"
 #include "../detail/config_file.hpp"
 #include "../detail/precision_check.hpp"
+#include "../detail/pretrained_sizes.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
@@ -177,7 +178,11 @@ public:
     /// bfloat16 or float16 weights, read into T). Keys may carry a "bert." prefix (as saved from
     /// BertFor... heads); keys of heads are ignored then. Throws std::runtime_error naming the
     /// file when one is missing or malformed, std::invalid_argument naming the entry when a
-    /// weight is missing or of the wrong shape.
+    /// weight is missing or of the wrong shape. The sizes config.json gives (vocab_size,
+    /// hidden_size, max_position_embeddings, type_vocab_size, intermediate_size,
+    /// num_hidden_layers) are compared with the weight file's tensors before the model is built;
+    /// a disagreement throws std::invalid_argument naming config.json, the key and what the file
+    /// holds, having allocated nothing of the model.
     static BertModel from_pretrained(const std::string& dir,
                                      Projection projection = Projection::fused);
 
@@ -280,7 +285,7 @@ inline BertConfig BertConfig::from_json_file(const std::string& path) {
     file.check_heads_divide(c.hidden_size, c.num_attention_heads);
     file.number("layer_norm_eps", c.layer_norm_eps, 0.0, false);
     if (const auto it = j.find("hidden_act"); it != j.end()) {
-        const std::string act = it->is_string() ? it->get<std::string>() : it->dump();
+        const std::string act = it->is_string() ? it->get<std::string>() : std::string();
         if (act == "gelu")
             c.hidden_act = GeluApproximation::none;
         else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
@@ -288,7 +293,8 @@ inline BertConfig BertConfig::from_json_file(const std::string& path) {
         else
             file.fail(
                 "hidden_act",
-                "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " + it->dump());
+                "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " +
+                    headwise::detail::describe_json(*it));
     }
     file.expect_string("position_embedding_type", "absolute");
     return c;
@@ -567,16 +573,36 @@ template <class T>
 BertModel<T> BertModel<T>::from_pretrained(const std::string& dir, Projection projection) {
     constexpr const char* fn = "headwise::models::BertModel::from_pretrained";
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-    const BertConfig config = BertConfig::from_json_file(base + "config.json");
+    const std::string config_path = base + "config.json";
+    const BertConfig config = BertConfig::from_json_file(config_path);
     const std::string weights = base + "model.safetensors";
     // Integer entries (the position_ids buffer) load as T; load_pretrained ignores them.
     StateDict<T> state = io::load_safetensors<T>(weights);
-    BertModel model(config, projection, uninitialized);
     // A BertFor... checkpoint keeps the encoder under "bert.".
     const bool prefixed = state.count("embeddings.word_embeddings.weight") == 0 &&
                           state.count("bert.embeddings.word_embeddings.weight") != 0;
+    const std::string prefix = prefixed ? "bert." : "";
+    // The sizes that the model's allocation grows with, against the file's tensors first: a
+    // config.json asking for more than the file holds fails here at once.
+    const auto extents = [&](const std::string& tensor,
+                             std::vector<headwise::detail::ConfigExtent> dims) {
+        headwise::detail::check_config_extents(fn, config_path, weights, state, prefix + tensor,
+                                               dims);
+    };
+    const headwise::detail::ConfigExtent E{"hidden_size", config.hidden_size};
+    extents("embeddings.word_embeddings.weight", {{"vocab_size", config.vocab_size}, E});
+    extents("embeddings.position_embeddings.weight",
+            {{"max_position_embeddings", config.max_position_embeddings}, E});
+    extents("embeddings.token_type_embeddings.weight",
+            {{"type_vocab_size", config.type_vocab_size}, E});
+    headwise::detail::check_config_layers(fn, config_path, weights, state,
+                                          prefix + "encoder.layer.", "num_hidden_layers",
+                                          config.num_hidden_layers);
+    extents("encoder.layer.0.intermediate.dense.weight",
+            {{"intermediate_size", config.intermediate_size}, E});
+    BertModel model(config, projection, uninitialized);
     try {
-        model.load_checked(state, prefixed ? "bert." : "", /*take=*/true);
+        model.load_checked(state, prefix, /*take=*/true);
     } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string(fn) + ": " + weights + ": " + e.what());
     }

@@ -25,6 +25,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../detail/config_file.hpp"
 #include "../detail/in_proj_layout.hpp"
 #include "../detail/precision_check.hpp"
+#include "../detail/pretrained_sizes.hpp"
 #include "../detail/shape_checks.hpp"
 #include "../error.hpp"
 #include "../io/safetensors.hpp"
@@ -293,7 +294,10 @@ public:
     /// float64, bfloat16 or float16 weights, read into T). Throws std::runtime_error naming the
     /// file when one is missing or malformed or the configuration unsupported,
     /// std::invalid_argument naming the file and the entry when a weight is missing, unexpected
-    /// or of the wrong shape.
+    /// or of the wrong shape. The sizes config.json gives (vocab_size, hidden_size,
+    /// intermediate_size, num_hidden_layers) are compared with the weight file's tensors before
+    /// the model is built; a disagreement throws std::invalid_argument naming config.json, the
+    /// key and what the file holds, having allocated nothing of the model.
     static LlamaForCausalLM from_pretrained(const std::string& dir,
                                             Projection projection = Projection::fused);
 
@@ -383,6 +387,12 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     file.integer("num_key_value_heads", c.num_key_value_heads, false, 1);
     file.integer("max_position_embeddings", c.max_position_embeddings, false, 1);
     file.check_heads_divide(c.hidden_size, c.num_attention_heads);
+    if (const Index D = c.hidden_size / c.num_attention_heads; D % 2 != 0)
+        file.fail("num_attention_heads",
+                  "the head dimension hidden_size / num_attention_heads = " +
+                      std::to_string(c.hidden_size) + " / " +
+                      std::to_string(c.num_attention_heads) + " = " + std::to_string(D) +
+                      " must be even (RoPE rotates pairs of features)");
     if (c.num_attention_heads % c.num_key_value_heads != 0)
         file.fail("num_key_value_heads",
                   "must divide num_attention_heads = " + std::to_string(c.num_attention_heads) +
@@ -391,7 +401,7 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
         const Index D = c.hidden_size / c.num_attention_heads;
         if (!it->is_number_integer() || it->get<std::int64_t>() != D)
             file.fail("head_dim", "only hidden_size / num_attention_heads = " + std::to_string(D) +
-                                      " is supported, got " + it->dump());
+                                      " is supported, got " + headwise::detail::describe_json(*it));
     }
     file.number("rms_norm_eps", c.rms_norm_eps, 0.0, false);
     file.expect_string("hidden_act", "silu");
@@ -409,7 +419,8 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     const char* scaling_key = v5 ? "rope_parameters" : "rope_scaling";
     if (scaling != j.end() && !scaling->is_null()) {
         if (!scaling->is_object())
-            file.fail(scaling_key, "expected an object, got " + scaling->dump());
+            file.fail(scaling_key,
+                      "expected an object, got " + headwise::detail::describe_json(*scaling));
         auto type = scaling->find("rope_type");
         if (type == scaling->end()) type = scaling->find("type");
         const std::string kind = type == scaling->end()
@@ -421,12 +432,13 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
         } else if (kind != "default") {
             file.fail(scaling_key,
                       "only the \"default\" and \"linear\" rope types are supported, got " +
-                          scaling->dump());
+                          headwise::detail::describe_json(*type));
         }
     }
     const auto token = [&](const nlohmann::json& v, const char* key) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-            file.fail(key, "expected a non-negative integer or a list of them, got " + v.dump());
+            file.fail(key, "expected a non-negative integer or a list of them, got " +
+                                   headwise::detail::describe_json(v));
         return v.get<std::int64_t>();
     };
     if (const auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
@@ -765,9 +777,23 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_pretrained(const std::string& dir,
                                                          Projection projection) {
     constexpr const char* fn = "headwise::models::LlamaForCausalLM::from_pretrained";
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-    const LlamaConfig config = LlamaConfig::from_json_file(base + "config.json");
+    const std::string config_path = base + "config.json";
+    const LlamaConfig config = LlamaConfig::from_json_file(config_path);
     const std::string weights = base + "model.safetensors";
     const StateDict<T> state = io::load_safetensors<T>(weights);
+    // The sizes that the model's allocation (and its attention's initialisation) grows with,
+    // against the file's tensors first: a config.json asking for more than the file holds fails
+    // here at once.
+    const auto extents = [&](const std::string& tensor,
+                             std::vector<headwise::detail::ConfigExtent> dims) {
+        headwise::detail::check_config_extents(fn, config_path, weights, state, tensor, dims);
+    };
+    extents("model.embed_tokens.weight",
+            {{"vocab_size", config.vocab_size}, {"hidden_size", config.hidden_size}});
+    headwise::detail::check_config_layers(fn, config_path, weights, state, "model.layers.",
+                                          "num_hidden_layers", config.num_hidden_layers);
+    extents("model.layers.0.mlp.gate_proj.weight",
+            {{"intermediate_size", config.intermediate_size}, {"hidden_size", config.hidden_size}});
     LlamaForCausalLM model(config, projection, uninitialized);
     try {
         model.load_pretrained(state);

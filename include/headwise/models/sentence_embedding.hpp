@@ -6,13 +6,14 @@
 #include <algorithm>   // std::max, std::min, std::sort, std::stable_sort
 #include <cmath>       // std::sqrt
 #include <cstdint>     // std::int64_t
-#include <fstream>     // std::ifstream
+#include <filesystem>  // std::filesystem::exists, symlink_status
 #include <functional>  // std::function
 #include <limits>      // std::numeric_limits
 #include <numeric>     // std::iota
 #include <optional>    // std::optional
 #include <stdexcept>   // std::runtime_error, std::invalid_argument
 #include <string>      // std::string
+#include <system_error>  // std::error_code
 #include <utility>     // std::move
 #include <vector>      // std::vector
 
@@ -66,7 +67,9 @@ void l2_normalize_rows(TensorView<T> x);
 template <class T>
 class SentenceEmbedder {
 public:
-    /// Throws std::runtime_error naming the file that is missing or malformed.
+    /// Throws std::runtime_error naming the file that is missing or malformed, and the files
+    /// that disagree: max_seq_length (sentence_bert_config.json) above max_position_embeddings
+    /// (config.json), more tokens in vocab.txt than config.json's vocab_size.
     static SentenceEmbedder from_directory(const std::string& dir,
                                            Projection projection = Projection::fused);
 
@@ -114,8 +117,14 @@ private:
 
 inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std::string& dir) {
     constexpr const char* fn = "headwise::models::SentenceEmbeddingConfig::from_directory";
+    constexpr std::size_t kMaxModulePath = 4096;  // PATH_MAX on Linux
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-    auto exists = [](const std::string& path) { return std::ifstream(path).good(); };
+    // Whether there is an entry at all: whatever it is, reading it then says what it is (opening
+    // a FIFO to find out would wait for a writer).
+    auto exists = [](const std::string& path) {
+        std::error_code ec;
+        return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+    };
     SentenceEmbeddingConfig c;
     const std::string bert_config = base + "sentence_bert_config.json";
     if (exists(bert_config)) {
@@ -124,7 +133,7 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
             if (!it->is_number_integer() || it->get<std::int64_t>() < 2)
                 throw std::runtime_error(std::string(fn) + ": " + bert_config +
                                          ": max_seq_length: expected an integer >= 2, got " +
-                                         it->dump());
+                                         headwise::detail::describe_json(*it));
             c.max_seq_length = static_cast<Index>(it->get<std::int64_t>());
         }
         if (const auto it = j.find("do_lower_case"); it != j.end() && *it == true)
@@ -134,21 +143,26 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
     }
     const std::string modules = base + "modules.json";
     if (!exists(modules)) return c;
-    std::ifstream in(modules, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_array())
+    const nlohmann::json j = headwise::detail::read_json_value(fn, modules);
+    if (!j.is_array())
         throw std::runtime_error(std::string(fn) + ": " + modules +
-                                 ": expected a JSON array of modules");
+                                 ": expected a JSON array of modules, got " +
+                                 headwise::detail::describe_json(j));
     bool transformer = false, pooling = false;
     c.normalize = false;
     for (const nlohmann::json& m : j) {
         if (!m.is_object() || !m.contains("type") || !m["type"].is_string())
             throw std::runtime_error(std::string(fn) + ": " + modules +
-                                     ": a module without a string \"type\": " + m.dump());
+                                     ": a module without a string \"type\": " +
+                                     headwise::detail::describe_json(m));
         const std::string type = m["type"].get<std::string>();
         const std::string path =
             m.contains("path") && m["path"].is_string() ? m["path"].get<std::string>() : "";
+        // The path becomes part of a file name, and so of messages: bounded as a path is.
+        if (path.size() > kMaxModulePath)
+            throw std::runtime_error(std::string(fn) + ": " + modules + ": module path " +
+                                     headwise::detail::quote_bounded(path) + ": expected at most " +
+                                     std::to_string(kMaxModulePath) + " bytes");
         if (type == "sentence_transformers.models.Transformer") {
             transformer = true;
         } else if (type == "sentence_transformers.models.Pooling") {
@@ -184,7 +198,8 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
         } else if (type == "sentence_transformers.models.Normalize") {
             c.normalize = true;
         } else {
-            throw std::runtime_error(std::string(fn) + ": " + modules + ": module type " + type +
+            throw std::runtime_error(std::string(fn) + ": " + modules + ": module type " +
+                                     headwise::detail::quote_bounded(type) +
                                      " is not supported (Transformer, Pooling, Normalize are)");
         }
     }
@@ -249,19 +264,33 @@ void l2_normalize_rows(TensorView<T> x) {
 template <class T>
 SentenceEmbedder<T> SentenceEmbedder<T>::from_directory(const std::string& dir,
                                                         Projection projection) {
+    constexpr const char* fn = "headwise::models::SentenceEmbedder::from_directory";
+    const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
     SentenceEmbeddingConfig config = SentenceEmbeddingConfig::from_directory(dir);
     BertModel<T> model = BertModel<T>::from_pretrained(dir, projection);
+    // The files must agree with one another here, not at the first text long enough or holding
+    // a word rare enough to find out (the encoder's error then names no file).
+    const BertConfig& bert = model.config();
+    if (config.max_seq_length > bert.max_position_embeddings)
+        throw std::runtime_error(std::string(fn) + ": " + base +
+                                 "sentence_bert_config.json: max_seq_length is " +
+                                 std::to_string(config.max_seq_length) + ", but " + base +
+                                 "config.json: max_position_embeddings is " +
+                                 std::to_string(bert.max_position_embeddings));
     // sentence-transformers: max_seq_length from its config, else the smaller of the tokenizer's
     // and the model's limits.
     std::optional<Index> max_length;
     if (config.max_seq_length > 0) max_length = config.max_seq_length;
     text::BertTokenizer tokenizer = text::BertTokenizer::from_directory(dir, max_length);
+    if (tokenizer.vocab_size() > bert.vocab_size)
+        throw std::runtime_error(std::string(fn) + ": " + base + "vocab.txt: holds " +
+                                 std::to_string(tokenizer.vocab_size()) + " tokens, but " + base +
+                                 "config.json: vocab_size is " + std::to_string(bert.vocab_size) +
+                                 " (every token id must be below it)");
     if (!max_length) {
-        const Index limit =
-            std::min(tokenizer.options().max_length, model.config().max_position_embeddings);
+        const Index limit = std::min(tokenizer.options().max_length, bert.max_position_embeddings);
         text::BertTokenizerOptions o = tokenizer.options();
         o.max_length = limit;
-        const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
         tokenizer = text::BertTokenizer(text::read_vocab(base + "vocab.txt"), o);
     }
     config.max_seq_length = tokenizer.options().max_length;
