@@ -26,6 +26,8 @@
 #include <unistd.h>    // write, fsync, close, getpid
 #endif
 
+#include "file_kind.hpp"
+
 namespace headwise::detail {
 
 /// The savers' way of putting bytes into a file descriptor: POSIX write(2) (_write on Windows).
@@ -49,7 +51,9 @@ struct SystemWrite {
 /// directory entry (best effort). Any failure removes the temporary file and throws
 /// std::runtime_error "<function>: <path>: <what went wrong>"; so does destruction before
 /// commit(), without throwing. An existing file at `path` keeps its permission bits; a symbolic
-/// link at `path` is followed, so that the file it names is the one replaced.
+/// link at `path` is followed, so that the file it names is the one replaced. A `path` that is
+/// a directory, a device node, a FIFO or a socket (or a symbolic link to one) is refused before
+/// anything is created: "<function>: <path>: is a character device, not a regular file".
 template <class Write = SystemWrite>
 class AtomicFile {
 public:
@@ -63,6 +67,11 @@ public:
             if (!ec) target = resolved;
         }
         if (fs::is_directory(target, ec)) throw_error("is a directory");
+        // Saves write only regular files: renaming over a device node, a FIFO or a socket would
+        // replace it (as root, /dev/full itself), which no save means to do. Refused before the
+        // temporary file exists, so nothing is created.
+        const std::string special = special_file_kind(path_);
+        if (!special.empty()) throw_error("is " + special + ", not a regular file");
         target_ = target.string();
         open_temporary();
         buffer_.reserve(kBufferSize);
