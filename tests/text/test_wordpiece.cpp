@@ -4,14 +4,18 @@
 
 #include <headwise/text/wordpiece.hpp>
 
-#include <cstdint>  // std::int64_t
-#include <cstdio>   // std::snprintf
-#include <cstdlib>  // std::getenv
-#include <fstream>  // std::ifstream, std::ofstream
-#include <set>      // std::set
-#include <sstream>  // std::ostringstream
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <algorithm>   // std::find_if, std::stable_sort
+#include <cstdint>     // std::int64_t
+#include <cstdio>      // std::snprintf
+#include <cstdlib>     // std::getenv, std::free
+#include <filesystem>  // std::filesystem::remove
+#include <fstream>     // std::ifstream, std::ofstream
+#include <memory>      // std::unique_ptr
+#include <random>      // std::mt19937
+#include <set>         // std::set
+#include <sstream>     // std::ostringstream
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include <nlohmann/json.hpp>
 
@@ -184,6 +188,232 @@ TEST_CASE("BertTokenizer::from_directory reads vocab.txt and the tokenizer confi
     CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
                          Message("headwise::text::BertTokenizer::from_directory: " +
                                  dir.file("tokenizer_config.json") + ": not valid JSON"));
+}
+
+namespace {
+
+// Steps 3-5 as utf8proc_map's NFD over the whole text does them, for texts that steps 0-2 leave
+// as they are and whose only white space and punctuation is ' '.
+Words reference_words(const std::u32string& cps, const BertTokenizerOptions& o) {
+    std::string utf8;
+    for (char32_t c : cps) headwise::detail::append_utf8(utf8, static_cast<std::int32_t>(c));
+    std::u32string s;
+    if (o.strip_accents.value_or(o.lowercase)) {
+        utf8proc_uint8_t* nfd = nullptr;
+        const utf8proc_ssize_t n =
+            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
+                         static_cast<utf8proc_ssize_t>(utf8.size()), &nfd,
+                         static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+        REQUIRE(n >= 0);
+        const std::unique_ptr<utf8proc_uint8_t, void (*)(void*)> owner(nfd, std::free);
+        std::u32string all;
+        headwise::detail::decode_utf8(
+            "reference",
+            std::string(reinterpret_cast<const char*>(nfd), static_cast<std::size_t>(n)), 0, all);
+        for (char32_t c : all)
+            if (utf8proc_category(static_cast<std::int32_t>(c)) != UTF8PROC_CATEGORY_MN)
+                s.push_back(c);
+    } else {
+        s = cps;
+    }
+    Words words(1);
+    for (char32_t c : s) {
+        if (c == U' ') {
+            if (!words.back().empty()) words.emplace_back();
+            continue;
+        }
+        if (o.lowercase && c == 0x130) {
+            words.back() += "i\u0307";
+            continue;
+        }
+        headwise::detail::append_utf8(words.back(),
+                                      o.lowercase ? utf8proc_tolower(static_cast<std::int32_t>(c))
+                                                  : static_cast<std::int32_t>(c));
+    }
+    if (words.back().empty()) words.pop_back();
+    return words;
+}
+
+}  // namespace
+
+TEST_CASE("BertTokenizer: NFD's canonical order of combining marks, against utf8proc_map",
+          "[text][wordpiece]") {
+    // Starters, precomposed letters, marks of many combining classes, nonspacing (dropped) and
+    // spacing (kept, and ordered: U+1D165 216, U+1D16D 226), a nonspacing mark of class 0
+    // (U+034F, which bounds the ordering though it is dropped), Hangul, and the space.
+    const std::u32string pool = {U'a',  U'B',    0xC5,    0x212B,  0x1E69,  0x344,  0xF73,
+                                 0xF71, 0xF72,   0x301,   0x323,   0x315,   0x31B,  0x334,
+                                 0x34F, 0x1D165, 0x1D16D, 0x1D15E, 0x903,   0x93C,  0xAC01,
+                                 0x130, 0x5B0,   0x345,   U' ',    0x1D16E, 0x1D166};
+    BertTokenizerOptions cased_stripped;
+    cased_stripped.lowercase = false;
+    cased_stripped.strip_accents = true;
+    for (const BertTokenizerOptions& o : {BertTokenizerOptions{}, cased_stripped}) {
+        const BertTokenizer tok = small_tokenizer(o);
+        std::mt19937 gen(38);
+        std::size_t differ = 0;
+        for (int t = 0; t < 3000; ++t) {
+            std::u32string text(1 + gen() % 14, U' ');
+            for (char32_t& c : text) c = pool[gen() % pool.size()];
+            std::string utf8;
+            for (char32_t c : text)
+                headwise::detail::append_utf8(utf8, static_cast<std::int32_t>(c));
+            const Words expected = reference_words(text, o);
+            const Words got = tok.basic_tokenize(utf8);
+            if (got != expected && ++differ <= 3) {
+                CAPTURE(t, utf8, expected, got);
+                CHECK(got == expected);
+            }
+        }
+        CHECK(differ == 0);
+    }
+}
+
+TEST_CASE("BertTokenizer: a 1 MB line of combining marks or of long words is tokenized whole",
+          "[text][wordpiece][size]") {
+    // Quadratic work (utf8proc_map's exchange sort of alternating combining classes took 3.7 s
+    // for 80 KB) would not finish here in any reasonable time; linear work takes well under a
+    // second.
+    const std::size_t megabyte = 1 << 20;
+    auto line = [&](const std::string& head, const std::string& unit) {
+        std::string s = head;
+        while (s.size() < megabyte) s += unit;
+        return s;
+    };
+    const BertTokenizer tok = small_tokenizer();
+    BertTokenizerOptions keep_accents;
+    keep_accents.strip_accents = false;
+    const BertTokenizer kept = small_tokenizer(keep_accents);
+    const std::string alternating = line("a", "\u0323\u0301");
+    CHECK(tok.tokenize(alternating) == Ids{15});
+    CHECK(tok.tokenize(line("a", "\u0301")) == Ids{15});
+    CHECK(kept.tokenize(alternating) == Ids{1});  // one word of 699,051 characters: [UNK]
+    CHECK(tok.encode(alternating) == Ids{2, 15, 3});
+    // Spacing marks of alternating classes are kept, so sorted: in canonical order, [UNK].
+    CHECK(tok.tokenize(line("a", "\U0001D16D\U0001D165")) == Ids{1});
+    // Words as long as a word may be, each in 100 one-character pieces (128 KB of them): a
+    // candidate piece is never longer than the longest vocabulary entry.
+    const BertTokenizer pieces({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x", "##x"});
+    std::string words;
+    while (words.size() < megabyte / 8) words += std::string(100, 'x') + " ";
+    const Ids ids = pieces.tokenize(words);
+    CHECK(ids.size() == (words.size() / 101) * 100);
+    CHECK(pieces.encode(words).size() == 512);
+    // Special tokens everywhere.
+    CHECK(tok.tokenize(line("", "[SEP]")).size() == megabyte / 5 + 1);
+}
+
+TEST_CASE("BertTokenizer: many special tokens, some prefixes of others, matched leftmost-longest",
+          "[text][wordpiece]") {
+    std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a",
+                                      "b",     "##a",   "##b",   "<",     ">",      "x"};
+    BertTokenizerOptions o;
+    // 1000 tokens: <t0> ... <t999>, and the prefixes <t1, <t12 and the extensions <t1>> and
+    // <t12>a of some of them, listed in an order unrelated to their length.
+    for (int i = 0; i < 1000; ++i)
+        o.additional_special_tokens.push_back("<t" + std::to_string(i) + ">");
+    for (const char* t : {"<t1", "<t12>a", "<t12", "<t1>>", "[SEP][SEP]", "\xff\xfe"})
+        o.additional_special_tokens.push_back(t);
+    for (const std::string& t : o.additional_special_tokens) vocab.push_back(t);
+    const BertTokenizer tok(vocab, o);
+    auto id = [&](const std::string& t) { return *tok.token_to_id(t); };
+    CHECK(tok.tokenize("<t12>ab") == Ids{id("<t12>a"), 6});
+    CHECK(tok.tokenize("<t12>b") == Ids{id("<t12>"), 6});
+    CHECK(tok.tokenize("<t12<t1>>>") == Ids{id("<t12"), id("<t1>>"), 10});
+    CHECK(tok.tokenize("<t1<t999>") == Ids{id("<t1"), id("<t999>")});
+    CHECK(tok.tokenize("<t1000>") == Ids{id("<t1"), 1, 10});  // <t1, then 000 ([UNK]) and >
+    CHECK(tok.tokenize("[SEP][SEP][SEP]") == Ids{id("[SEP][SEP]"), 3});
+    CHECK(tok.tokenize("a\xff\xfe"
+                       "b") == Ids{5, id("\xff\xfe"), 6});  // not UTF-8, but special
+
+    // Random texts of token fragments, against the scan that tries every token at every byte.
+    std::vector<std::pair<std::string, std::int64_t>> longest_first;
+    for (const std::string& t : {std::string("[UNK]"), std::string("[SEP]"), std::string("[PAD]"),
+                                 std::string("[CLS]"), std::string("[MASK]")})
+        longest_first.emplace_back(t, id(t));
+    for (const std::string& t : o.additional_special_tokens) longest_first.emplace_back(t, id(t));
+    std::stable_sort(longest_first.begin(), longest_first.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    const std::vector<std::string> fragments = {"<t", "1", "2",     "12",  ">",  "<t1>", "a",
+                                                "b",  " ", "[SEP]", "[SE", "P]", "<t99"};
+    std::mt19937 gen(7);
+    for (int t = 0; t < 2000; ++t) {
+        std::string text;
+        for (std::size_t k = 1 + gen() % 12; k > 0; --k)
+            text += fragments[gen() % fragments.size()];
+        Ids expected;
+        std::size_t start = 0, i = 0;
+        while (i < text.size()) {
+            const auto m = std::find_if(
+                longest_first.begin(), longest_first.end(),
+                [&](const auto& s) { return text.compare(i, s.first.size(), s.first) == 0; });
+            if (m == longest_first.end()) {
+                ++i;
+                continue;
+            }
+            const Ids gap = tok.tokenize(text.substr(start, i - start));
+            expected.insert(expected.end(), gap.begin(), gap.end());
+            expected.push_back(m->second);
+            i += m->first.size();
+            start = i;
+        }
+        const Ids gap = tok.tokenize(text.substr(start));
+        expected.insert(expected.end(), gap.begin(), gap.end());
+        CAPTURE(text);
+        REQUIRE(tok.tokenize(text) == expected);
+    }
+}
+
+TEST_CASE("BertTokenizer::from_directory: errors name vocab.txt and quote a bounded prefix",
+          "[text][wordpiece][files][errors]") {
+    const ScratchDir dir("wordpiece-errors");
+    const std::string fn = "headwise::text::BertTokenizer::from_directory: ";
+    const std::string config = dir.file("tokenizer_config.json");
+    std::ofstream(dir.file("vocab.txt")) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n";
+    // A special token the vocabulary lacks: vocab.txt, and where the token was named.
+    CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+                         Message(fn + dir.file("vocab.txt") +
+                                 ": mask_token '[MASK]' (the default) is not a token of the "
+                                 "vocabulary"));
+    std::ofstream(config) << R"({"mask_token": "[PAD]", "unk_token": "<unk>"})";
+    CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+                         Message(fn + dir.file("vocab.txt") + ": unk_token '<unk>' (from " +
+                                 config + ") is not a token of the vocabulary"));
+    std::ofstream(dir.file("special_tokens_map.json"))
+        << R"({"additional_special_tokens": ["hello", ")" << std::string(100000, 'z') << R"("]})";
+    std::ofstream(config) << R"({"mask_token": "[PAD]"})";
+    CHECK_THROWS_MATCHES(
+        BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+        Message(fn + dir.file("vocab.txt") + ": additional_special_tokens '" +
+                std::string(64, 'z') + "'... (100000 bytes) (from " +
+                dir.file("special_tokens_map.json") + ") is not a token of the vocabulary"));
+    std::filesystem::remove(dir.file("special_tokens_map.json"));
+    // Values from a file are quoted up to 64 bytes, at a character boundary; arrays and objects
+    // by their size, however deep.
+    std::ofstream(config) << R"({"do_lower_case": ")" << std::string(63, 'y') << "\u00e9"
+                          << std::string(1 << 20, 'y') << R"("})";
+    CHECK_THROWS_MATCHES(
+        BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+        Message(fn + config + ": 'do_lower_case' must be true, false or null, got \"" +
+                std::string(63, 'y') + "\"... (1048641 bytes)"));
+    std::ofstream(config) << R"({"strip_accents": )" << std::string(100, '[')
+                          << std::string(100, ']') << "}";
+    CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+                         Message(fn + config +
+                                 ": 'strip_accents' must be true, false or null, got an array of "
+                                 "1 element"));
+    std::ofstream(config) << R"({"unk_token": {"content": 1, "lstrip": false}})";
+    CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+                         Message(fn + config +
+                                 ": 'unk_token' is neither a string nor an object with 'content', "
+                                 "got an object of 2 keys"));
+    // The constructor quotes a bounded prefix too.
+    BertTokenizerOptions o;
+    o.unk_token = std::string(1000, 'u');
+    CHECK_THROWS_MATCHES(small_tokenizer(o), std::invalid_argument,
+                         Message("headwise::text::BertTokenizer::BertTokenizer: options.unk_token: "
+                                 "must be a token of the vocabulary, got '" +
+                                 std::string(64, 'u') + "'... (1000 bytes)"));
 }
 
 // Every code point through the first five steps, against what tokenizers makes of "a" + c + "b"

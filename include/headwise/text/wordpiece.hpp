@@ -8,21 +8,21 @@
 (Debian: nlohmann-json3-dev); headwise::headwise links both when CMake finds them"
 #endif
 
-#include <utf8proc.h>  // utf8proc_iterate, utf8proc_encode_char, utf8proc_category, utf8proc_map
+#include <utf8proc.h>  // utf8proc_decompose_char, utf8proc_category, utf8proc_get_property
 #include <nlohmann/json.hpp>
 
-#include <algorithm>         // std::find_if, std::max, std::stable_sort
+#include <algorithm>         // std::max, std::min, std::stable_sort, std::upper_bound
+#include <array>             // std::array
+#include <cstddef>           // std::size_t
 #include <cstdint>           // std::int64_t, std::int32_t
-#include <cstdlib>           // std::free
 #include <fstream>           // std::ifstream
 #include <initializer_list>  // std::initializer_list
-#include <iterator>          // std::istreambuf_iterator
-#include <memory>            // std::unique_ptr
 #include <optional>          // std::optional
 #include <stdexcept>         // std::invalid_argument, std::runtime_error
 #include <string>            // std::string, std::u32string, std::to_string
 #include <string_view>       // std::string_view
 #include <unordered_map>     // std::unordered_map
+#include <unordered_set>     // std::unordered_set
 #include <utility>           // std::move, std::pair
 #include <vector>            // std::vector
 
@@ -64,7 +64,8 @@ struct BertBatch {
 /// BERT's tokenizer as Hugging Face's `tokenizers` runs it (BertNormalizer, BertPreTokenizer,
 /// WordPiece, then [CLS] text [SEP]), the tokenizer sentence-transformers uses:
 ///  0. the special tokens ([CLS], [SEP], [PAD], [UNK], [MASK], additional ones) written in the
-///     text are matched first, exactly and leftmost-longest, and pass through as themselves;
+///     text are matched first, exactly and leftmost-longest (through a trie: their number does
+///     not slow the scan), and pass through as themselves;
 ///  1. clean: NUL, U+FFFD and characters of category Cc, Cf, Co, Cs (but tab, LF, CR) are
 ///     dropped, white space (Unicode White_Space) becomes ' ';
 ///  2. a space on each side of every CJK ideograph;
@@ -76,6 +77,9 @@ struct BertBatch {
 ///     start, then the longest "##"-prefixed entry from where that ended, and so on; a word
 ///     with a part no entry matches, or longer than max_input_chars_per_word characters,
 ///     becomes [UNK].
+/// The work is linear in the text (a run of combining marks included: canonical ordering sorts
+/// it, O(n log n)); encode() normalises no further than the words it keeps, but checks all of the
+/// text to be UTF-8.
 /// Unicode properties come from utf8proc, so they are those of its Unicode version; `tokenizers`
 /// uses older tables for steps 1 and 5, and the characters assigned to a punctuation or format
 /// category since then are split or dropped here but not there (see tests/text/test_wordpiece.cpp,
@@ -90,7 +94,8 @@ public:
     /// (do_lower_case, strip_accents, tokenize_chinese_chars, model_max_length, special tokens)
     /// and special_tokens_map.json. `max_length` overrides model_max_length (sentence-transformers
     /// truncates to its max_seq_length). Throws std::runtime_error naming the file that is
-    /// missing or malformed.
+    /// missing or malformed, or vocab.txt and the file that named a special token vocab.txt
+    /// lacks.
     static BertTokenizer from_directory(const std::string& dir,
                                         std::optional<Index> max_length = std::nullopt);
 
@@ -117,16 +122,38 @@ public:
     const BertTokenizerOptions& options() const noexcept { return options_; }
 
 private:
-    // Steps 1-4 on a piece of text without special tokens, which starts at byte `offset`.
-    void normalise_into(std::string_view text, std::size_t offset, std::u32string& out) const;
-    void split_words(const std::u32string& text, std::vector<std::string>& words) const;
+    // The special tokens as a byte trie: node 0 is the root; a node's `id` is that of the token
+    // ending there (-1: none), its edges sorted by byte. The root's edges are also in a table of
+    // all 256 bytes, since most text bytes start no special token and stop there.
+    struct SpecialNode {
+        std::int64_t id = -1;
+        std::vector<std::pair<unsigned char, std::int32_t>> next;
+    };
+    void add_special(const std::string& token, std::int64_t id);
+    // The byte length of the longest special token that starts at `text[i]`, and its id; 0 when
+    // none does.
+    std::pair<std::size_t, std::int64_t> match_special(std::string_view text, std::size_t i) const;
     template <class F>
     void for_each_piece(std::string_view text, F&& f) const;
+    // Steps 1-2 on the characters of a piece without special tokens.
+    void clean_into(const std::u32string& raw, std::u32string& out) const;
+    // Steps 3-4 on characters [begin, end) of a cleaned piece, a run that ends at white space
+    // or at the end of the piece.
+    void normalise_into(const char32_t* begin, const char32_t* end, std::u32string& out) const;
+    void split_words(const std::u32string& text, std::vector<std::string>& words) const;
+    // Steps 0-5: f(word, special id or none) for each word in order while it returns true; the
+    // rest of the text is then only checked to be UTF-8.
+    template <class F>
+    void for_each_word(std::string_view text, F&& f) const;
+    // Steps 0-6 until at least `limit` ids (every id when the text has fewer).
+    std::vector<std::int64_t> tokenize_up_to(std::string_view text, std::size_t limit) const;
 
     BertTokenizerOptions options_;
     std::vector<std::string> vocab_;
     std::unordered_map<std::string, std::int64_t> ids_;
-    std::vector<std::pair<std::string, std::int64_t>> specials_;  // longest first
+    std::size_t max_token_bytes_ = 0;  // the longest vocabulary entry: no longer piece can match
+    std::vector<SpecialNode> specials_{1};
+    std::array<std::int32_t, 256> special_roots_{};  // the root's edges; 0: none
     std::int64_t cls_id_ = 0, sep_id_ = 0, pad_id_ = 0, unk_id_ = 0;
 };
 
@@ -135,6 +162,19 @@ private:
 std::vector<std::string> read_vocab(const std::string& path);
 
 // ---- definitions ----------------------------------------------------------------------------
+
+namespace wordpiece_detail {
+
+/// `s` between single quotes, as the messages here quote a token, cut as detail::quote_bounded
+/// cuts a string (a token from a file may be megabytes long).
+inline std::string quote(std::string_view s) {
+    if (s.size() <= detail::kMaxQuotedBytes) return "'" + std::string(s) + "'";
+    std::size_t n = detail::kMaxQuotedBytes;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    return "'" + std::string(s.substr(0, n)) + "'... (" + std::to_string(s.size()) + " bytes)";
+}
+
+}  // namespace wordpiece_detail
 
 inline std::vector<std::string> read_vocab(const std::string& path) {
     constexpr const char* fn = "headwise::text::read_vocab";
@@ -166,25 +206,74 @@ inline BertTokenizer::BertTokenizer(std::vector<std::string> vocab, BertTokenize
                                std::to_string(options_.max_input_chars_per_word));
     ids_.reserve(vocab_.size());
     // A token listed twice keeps its last id, as `tokenizers` reads a vocabulary file.
-    for (std::size_t i = 0; i < vocab_.size(); ++i) ids_[vocab_[i]] = static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < vocab_.size(); ++i) {
+        ids_[vocab_[i]] = static_cast<std::int64_t>(i);
+        max_token_bytes_ = std::max(max_token_bytes_, vocab_[i].size());
+    }
     auto special = [&](const char* what, const std::string& token) {
         const auto it = ids_.find(token);
         if (it == ids_.end())
             throw_invalid_argument(fn, std::string("options.") + what,
-                                   "must be a token of the vocabulary", "'" + token + "'");
-        specials_.emplace_back(token, it->second);
+                                   "must be a token of the vocabulary",
+                                   wordpiece_detail::quote(token));
         return it->second;
     };
+    // Every token is checked before the trie is built.
     unk_id_ = special("unk_token", options_.unk_token);
     sep_id_ = special("sep_token", options_.sep_token);
     pad_id_ = special("pad_token", options_.pad_token);
     cls_id_ = special("cls_token", options_.cls_token);
-    special("mask_token", options_.mask_token);
+    const std::int64_t mask_id = special("mask_token", options_.mask_token);
+    std::vector<std::int64_t> additional;
+    additional.reserve(options_.additional_special_tokens.size());
     for (const std::string& t : options_.additional_special_tokens)
-        special("additional_special_tokens", t);
-    // Leftmost-longest matching tries the longest token first at each position.
-    std::stable_sort(specials_.begin(), specials_.end(),
-                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+        additional.push_back(special("additional_special_tokens", t));
+    add_special(options_.unk_token, unk_id_);
+    add_special(options_.sep_token, sep_id_);
+    add_special(options_.pad_token, pad_id_);
+    add_special(options_.cls_token, cls_id_);
+    add_special(options_.mask_token, mask_id);
+    for (std::size_t i = 0; i < additional.size(); ++i)
+        add_special(options_.additional_special_tokens[i], additional[i]);
+}
+
+inline void BertTokenizer::add_special(const std::string& token, std::int64_t id) {
+    if (token.empty()) return;  // matches nowhere
+    std::size_t node = 0;
+    for (const char ch : token) {
+        const auto byte = static_cast<unsigned char>(ch);
+        auto& next = specials_[node].next;
+        auto it = std::lower_bound(next.begin(), next.end(), byte,
+                                   [](const auto& e, unsigned char b) { return e.first < b; });
+        if (it == next.end() || it->first != byte) {
+            const auto child = static_cast<std::int32_t>(specials_.size());
+            it = next.insert(it, {byte, child});
+            if (node == 0) special_roots_[byte] = child;
+            specials_.emplace_back();  // invalidates `next` and `it`, used no more
+            node = static_cast<std::size_t>(child);
+        } else {
+            node = static_cast<std::size_t>(it->second);
+        }
+    }
+    // The same token listed twice (pad_token = unk_token, say) has the same id both times.
+    specials_[node].id = id;
+}
+
+inline std::pair<std::size_t, std::int64_t> BertTokenizer::match_special(std::string_view text,
+                                                                         std::size_t i) const {
+    std::pair<std::size_t, std::int64_t> best{0, -1};
+    std::int32_t node = special_roots_[static_cast<unsigned char>(text[i])];
+    for (std::size_t k = i + 1; node != 0; ++k) {
+        const SpecialNode& n = specials_[static_cast<std::size_t>(node)];
+        if (n.id >= 0) best = {k - i, n.id};
+        if (k == text.size()) break;
+        const auto byte = static_cast<unsigned char>(text[k]);
+        const auto it =
+            std::lower_bound(n.next.begin(), n.next.end(), byte,
+                             [](const auto& e, unsigned char b) { return e.first < b; });
+        node = it != n.next.end() && it->first == byte ? it->second : 0;
+    }
+    return best;
 }
 
 inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
@@ -192,11 +281,13 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
     constexpr const char* fn = "headwise::text::BertTokenizer::from_directory";
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
     BertTokenizerOptions o;
+    // Where each special token was named, for the error when vocab.txt lacks it.
+    std::unordered_map<std::string, std::string> named_in;
     auto exists = [](const std::string& path) { return std::ifstream(path).good(); };
     auto read_token = [&](const nlohmann::json& j, const char* key, std::string& token,
                           const std::string& path) {
         const auto it = j.find(key);
-        if (it == j.end() || it->is_null()) return;
+        if (it == j.end() || it->is_null()) return false;
         // A special token is a string, or an AddedToken object {"content": "...", ...}.
         if (it->is_string()) {
             token = it->get<std::string>();
@@ -204,8 +295,11 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
             token = (*it)["content"].get<std::string>();
         } else {
             throw std::runtime_error(std::string(fn) + ": " + path + ": '" + key +
-                                     "' is neither a string nor an object with 'content'");
+                                     "' is neither a string nor an object with 'content', got " +
+                                     detail::describe_json(*it));
         }
+        named_in[key] = path;
+        return true;
     };
     auto read_bool = [&](const nlohmann::json& j, const char* key,
                          const std::string& path) -> std::optional<bool> {
@@ -213,7 +307,8 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
         if (it == j.end() || it->is_null()) return std::nullopt;
         if (!it->is_boolean())
             throw std::runtime_error(std::string(fn) + ": " + path + ": '" + key +
-                                     "' must be true, false or null, got " + it->dump());
+                                     "' must be true, false or null, got " +
+                                     detail::describe_json(*it));
         return it->get<bool>();
     };
     for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
@@ -229,10 +324,11 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
             o.additional_special_tokens.clear();
             for (const nlohmann::json& t : *it) {
                 std::string token;
-                nlohmann::json holder = {{"t", t}};
+                const nlohmann::json holder = nlohmann::json::object({{"t", t}});
                 read_token(holder, "t", token, path);
                 o.additional_special_tokens.push_back(token);
             }
+            named_in["additional_special_tokens"] = path;
         }
         if (std::string(name) != "tokenizer_config.json") continue;
         if (auto v = read_bool(j, "do_lower_case", path)) o.lowercase = *v;
@@ -245,37 +341,55 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
         }
     }
     if (max_length) o.max_length = *max_length;
-    return BertTokenizer(read_vocab(base + "vocab.txt"), std::move(o));
+    const std::string vocab_path = base + "vocab.txt";
+    std::vector<std::string> vocab = read_vocab(vocab_path);
+    // The special tokens must be in vocab.txt: said here, naming the file and where the token
+    // was named, rather than by the constructor, which knows neither.
+    {
+        const std::unordered_set<std::string_view> tokens(vocab.begin(), vocab.end());
+        auto check = [&](const char* key, const std::string& token) {
+            if (tokens.count(token)) return;
+            const auto it = named_in.find(key);
+            throw std::runtime_error(
+                std::string(fn) + ": " + vocab_path + ": " + key + " " +
+                wordpiece_detail::quote(token) + " (" +
+                (it == named_in.end() ? std::string("the default") : "from " + it->second) +
+                ") is not a token of the vocabulary");
+        };
+        check("unk_token", o.unk_token);
+        check("sep_token", o.sep_token);
+        check("pad_token", o.pad_token);
+        check("cls_token", o.cls_token);
+        check("mask_token", o.mask_token);
+        for (const std::string& t : o.additional_special_tokens)
+            check("additional_special_tokens", t);
+    }
+    return BertTokenizer(std::move(vocab), std::move(o));
 }
 
 template <class F>
 void BertTokenizer::for_each_piece(std::string_view text, F&& f) const {
     // Step 0: special tokens written in the text, leftmost-longest, matched on the raw bytes.
-    // f(piece, byte offset of the piece, the special token's id or none).
+    // f(piece, byte offset of the piece, the special token's id or none). The trie makes each
+    // position cost the length of the longest special token that starts there, whatever their
+    // number.
     std::size_t start = 0, i = 0;
     while (i < text.size()) {
-        const auto match = std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) {
-            return !s.first.empty() && text.compare(i, s.first.size(), s.first) == 0;
-        });
-        if (match == specials_.end()) {
+        const auto [length, id] = match_special(text, i);
+        if (length == 0) {
             ++i;
             continue;
         }
         if (i > start) f(text.substr(start, i - start), start, std::optional<std::int64_t>());
-        f(text.substr(i, match->first.size()), i, std::optional<std::int64_t>(match->second));
-        i += match->first.size();
+        f(text.substr(i, length), i, std::optional<std::int64_t>(id));
+        i += length;
         start = i;
     }
     if (text.size() > start) f(text.substr(start), start, std::optional<std::int64_t>());
 }
 
-inline void BertTokenizer::normalise_into(std::string_view text, std::size_t offset,
-                                          std::u32string& out) const {
-    constexpr const char* fn = "headwise::text::BertTokenizer::tokenize";
-    std::u32string raw;
-    detail::decode_utf8(fn, text, offset, raw);
+inline void BertTokenizer::clean_into(const std::u32string& raw, std::u32string& s) const {
     // Steps 1-2, per character.
-    std::u32string s;
     s.reserve(raw.size());
     for (char32_t ch : raw) {
         const auto c = static_cast<std::int32_t>(ch);
@@ -294,26 +408,50 @@ inline void BertTokenizer::normalise_into(std::string_view text, std::size_t off
         }
         s.push_back(ch);
     }
-    // Step 3: NFD over the whole text (it also puts combining marks in canonical order), then
-    // without the nonspacing marks.
+}
+
+inline void BertTokenizer::normalise_into(const char32_t* begin, const char32_t* end,
+                                          std::u32string& out) const {
+    constexpr const char* fn = "headwise::text::BertTokenizer::tokenize";
+    std::u32string s;
+    // Step 3: canonical decomposition (NFD), then without the nonspacing marks (Mn). NFD also
+    // puts each run of combining marks (characters of non-zero combining class) in canonical
+    // order: a stable sort by combining class, which starters (class 0) bound. Sorting the
+    // marks that survive alone gives the same order as sorting all then dropping the Mn ones,
+    // and a sort is O(n log n) where utf8proc_map's exchange sort is quadratic in the length of
+    // a run of alternating classes.
     if (options_.strip_accents.value_or(options_.lowercase)) {
-        std::string utf8 = detail::to_utf8(s, 0, s.size());
-        utf8proc_uint8_t* nfd = nullptr;
-        const utf8proc_ssize_t n =
-            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
-                         static_cast<utf8proc_ssize_t>(utf8.size()), &nfd,
-                         static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
-        if (n < 0)
-            throw std::runtime_error(std::string(fn) + ": utf8proc_map: " + utf8proc_errmsg(n));
-        const std::unique_ptr<utf8proc_uint8_t, void (*)(void*)> owner(nfd, std::free);
-        std::u32string decomposed;
-        detail::decode_utf8(
-            fn, std::string_view(reinterpret_cast<const char*>(nfd), static_cast<std::size_t>(n)),
-            0, decomposed);
-        s.clear();
-        for (char32_t ch : decomposed)
-            if (utf8proc_category(static_cast<std::int32_t>(ch)) != UTF8PROC_CATEGORY_MN)
-                s.push_back(ch);
+        auto ccc = [](char32_t c) {
+            return utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class;
+        };
+        auto by_class = [&](char32_t a, char32_t b) { return ccc(a) < ccc(b); };
+        std::size_t run = 0;  // where the current run of surviving marks starts in `s`
+        auto order_run = [&] {
+            if (s.size() - run > 1)
+                std::stable_sort(s.begin() + static_cast<std::ptrdiff_t>(run), s.end(), by_class);
+        };
+        utf8proc_int32_t parts[16];
+        for (const char32_t* p = begin; p != end; ++p) {
+            int boundclass = 0;
+            const utf8proc_ssize_t n = utf8proc_decompose_char(
+                static_cast<utf8proc_int32_t>(*p), parts, 16, UTF8PROC_DECOMPOSE, &boundclass);
+            if (n < 0 || n > 16)  // a canonical decomposition has at most 4 characters
+                throw std::runtime_error(std::string(fn) + ": utf8proc_decompose_char: " +
+                                         (n < 0 ? utf8proc_errmsg(n) : "decomposition too long"));
+            for (utf8proc_ssize_t k = 0; k < n; ++k) {
+                const auto c = static_cast<char32_t>(parts[k]);
+                if (ccc(c) == 0) {  // a starter ends the run of marks before it
+                    order_run();
+                    if (utf8proc_category(parts[k]) != UTF8PROC_CATEGORY_MN) s.push_back(c);
+                    run = s.size();
+                } else if (utf8proc_category(parts[k]) != UTF8PROC_CATEGORY_MN) {
+                    s.push_back(c);
+                }
+            }
+        }
+        order_run();
+    } else {
+        s.assign(begin, end);
     }
     // Step 4: full lower-case mapping. Unicode's simple mapping (utf8proc_tolower) is the full
     // one but for U+0130 (capital I with dot above), whose full lower case is i + U+0307.
@@ -349,19 +487,50 @@ inline void BertTokenizer::split_words(const std::u32string& s,
     }
 }
 
-inline std::vector<std::string> BertTokenizer::basic_tokenize(std::string_view text) const {
+template <class F>
+void BertTokenizer::for_each_word(std::string_view text, F&& f) const {
+    constexpr const char* fn = "headwise::text::BertTokenizer::tokenize";
+    bool more = true;
+    std::u32string raw, cleaned, normalised;
     std::vector<std::string> words;
-    std::u32string normalised;
     for_each_piece(
         text, [&](std::string_view piece, std::size_t offset, std::optional<std::int64_t> special) {
-            if (special) {
-                words.emplace_back(piece);
+            if (special) {  // a special token written in the text stays whole
+                if (more) more = f(piece, special);
                 return;
             }
-            normalised.clear();
-            normalise_into(piece, offset, normalised);
-            split_words(normalised, words);
+            raw.clear();
+            detail::decode_utf8(fn, piece, offset, raw);  // all of it: invalid UTF-8 is an error
+            if (!more) return;
+            cleaned.clear();
+            clean_into(raw, cleaned);
+            // Steps 3-5 run from one white space to the next. White space survives cleaning only as
+            // characters of combining class 0 that decompose to white space, which NFD's ordering
+            // does not cross and which end a word: normalising the runs one by one gives what
+            // normalising the whole piece would, and what is not needed is never normalised.
+            const char32_t* p = cleaned.data();
+            const char32_t* const last = p + cleaned.size();
+            while (p != last && more) {
+                const char32_t* q = p;
+                while (q != last && !detail::is_whitespace(static_cast<std::int32_t>(*q))) ++q;
+                if (q != last) ++q;
+                normalised.clear();
+                normalise_into(p, q, normalised);
+                words.clear();
+                split_words(normalised, words);
+                for (const std::string& w : words)
+                    if (!(more = f(std::string_view(w), std::optional<std::int64_t>()))) break;
+                p = q;
+            }
         });
+}
+
+inline std::vector<std::string> BertTokenizer::basic_tokenize(std::string_view text) const {
+    std::vector<std::string> words;
+    for_each_word(text, [&](std::string_view w, std::optional<std::int64_t>) {
+        words.emplace_back(w);
+        return true;
+    });
     return words;
 }
 
@@ -380,11 +549,21 @@ inline std::vector<std::int64_t> BertTokenizer::wordpiece(std::string_view word)
     std::string candidate;
     std::size_t start = 0;
     while (start < chars.size()) {
-        std::size_t end = chars.size();
+        // The longest candidate is the longest vocabulary entry: a piece that would make a
+        // longer one cannot match, and is not looked up.
+        const std::string& prefix = options_.continuing_subword_prefix;
+        const std::size_t fixed = start > 0 ? prefix.size() : 0;
+        std::size_t end = start;
+        if (fixed < max_token_bytes_)
+            end = static_cast<std::size_t>(
+                      std::upper_bound(at.begin() + static_cast<std::ptrdiff_t>(start) + 1,
+                                       at.end(), at[start] + (max_token_bytes_ - fixed)) -
+                      at.begin()) -
+                  1;
         std::int64_t found = -1;
         while (end > start) {
             candidate.clear();
-            if (start > 0) candidate = options_.continuing_subword_prefix;
+            if (start > 0) candidate = prefix;
             candidate.append(word.substr(at[start], at[end] - at[start]));
             const auto it = ids_.find(candidate);
             if (it != ids_.end()) {
@@ -400,31 +579,39 @@ inline std::vector<std::int64_t> BertTokenizer::wordpiece(std::string_view word)
     return ids;
 }
 
-inline std::vector<std::int64_t> BertTokenizer::tokenize(std::string_view text) const {
+inline std::vector<std::int64_t> BertTokenizer::tokenize_up_to(std::string_view text,
+                                                               std::size_t limit) const {
     std::vector<std::int64_t> ids;
-    std::vector<std::string> words;
-    std::u32string normalised;
-    for_each_piece(
-        text, [&](std::string_view piece, std::size_t offset, std::optional<std::int64_t> special) {
-            if (special) {  // a special token written in the text stays whole
-                ids.push_back(*special);
-                return;
-            }
-            normalised.clear();
-            normalise_into(piece, offset, normalised);
-            words.clear();
-            split_words(normalised, words);
-            for (const std::string& w : words) {
-                const std::vector<std::int64_t> pieces = wordpiece(w);
-                ids.insert(ids.end(), pieces.begin(), pieces.end());
-            }
+    if (limit == 0) {  // no id is kept: the text is only checked to be UTF-8
+        std::u32string raw;
+        for_each_piece(text, [&](std::string_view piece, std::size_t offset,
+                                 std::optional<std::int64_t> special) {
+            raw.clear();
+            if (!special)
+                detail::decode_utf8("headwise::text::BertTokenizer::tokenize", piece, offset, raw);
         });
+        return ids;
+    }
+    for_each_word(text, [&](std::string_view w, std::optional<std::int64_t> special) {
+        if (special) {
+            ids.push_back(*special);
+        } else {
+            const std::vector<std::int64_t> pieces = wordpiece(w);
+            ids.insert(ids.end(), pieces.begin(), pieces.end());
+        }
+        return ids.size() < limit;
+    });
     return ids;
 }
 
+inline std::vector<std::int64_t> BertTokenizer::tokenize(std::string_view text) const {
+    return tokenize_up_to(text, static_cast<std::size_t>(-1));
+}
+
 inline std::vector<std::int64_t> BertTokenizer::encode(std::string_view text) const {
-    std::vector<std::int64_t> body = tokenize(text);
+    // Truncation keeps the first ids; the words after them are not normalised.
     const auto keep = static_cast<std::size_t>(options_.max_length - 2);
+    std::vector<std::int64_t> body = tokenize_up_to(text, keep);
     if (body.size() > keep) body.resize(keep);
     std::vector<std::int64_t> ids;
     ids.reserve(body.size() + 2);
