@@ -11,7 +11,7 @@
 #include <utf8proc.h>  // utf8proc_decompose_char, utf8proc_category, utf8proc_get_property
 #include <nlohmann/json.hpp>
 
-#include <algorithm>         // std::max, std::min, std::stable_sort, std::upper_bound
+#include <algorithm>         // std::lower_bound, std::max, std::stable_sort, std::upper_bound
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::int64_t, std::int32_t
