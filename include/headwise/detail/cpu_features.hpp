@@ -13,10 +13,14 @@
 #endif
 
 #if HEADWISE_X86_DISPATCH
+#include <cpuid.h>  // __get_cpuid
+
 /// Marks a function compiled for AVX-512 (F), whatever the translation unit's -march.
 #define HEADWISE_TARGET_AVX512 __attribute__((target("avx512f")))
 /// Marks a function compiled for AVX2 with FMA, whatever the translation unit's -march.
 #define HEADWISE_TARGET_AVX2 __attribute__((target("avx2,fma")))
+/// AVX2 with FMA and F16C (half <-> float conversions); run it where cpu_has_f16c() holds too.
+#define HEADWISE_TARGET_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace headwise::detail {
@@ -50,6 +54,21 @@ inline SimdLevel cpu_simd_level() noexcept {
 #endif
 #else
     return SimdLevel::none;
+#endif
+}
+
+/// Whether this CPU converts halves to floats in vector registers (F16C), asked once. Every
+/// AVX2 CPU made so far has it, but it is a separate flag.
+inline bool cpu_has_f16c() noexcept {
+#if HEADWISE_X86_DISPATCH
+    // CPUID leaf 1, ECX bit 29 (Clang's __builtin_cpu_supports does not know "f16c").
+    static const bool has = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    }();
+    return has;
+#else
+    return false;
 #endif
 }
 
