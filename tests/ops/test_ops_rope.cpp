@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 // Tests of headwise/ops/rope.hpp: the tables and both conventions against double loops, the
 // backward by finite differences and as the transpose, in place and strided use, transformers'
-// rotations and tables, and the errors.
+// rotations and tables, and the errors (shapes, and the bases and factors the module refuses).
 #include <headwise/ops/rope.hpp>
 
 #include <headwise/gradcheck.hpp>
 
-#include <cmath>      // std::cos, std::sin, std::pow
+#include <cmath>      // std::cos, std::sin, std::pow, std::nextafter, std::isfinite
+#include <limits>     // std::numeric_limits
 #include <random>     // std::mt19937_64
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::stod
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include "support/catch.hpp"
@@ -272,4 +274,60 @@ TEST_CASE("rope kernels reject odd head widths and mis-shaped tables", "[ops][ro
                     headwise::shape_error);
     CHECK_THROWS_AS(ops::rope_tables<double>(Index{0}, 10000.0, 1.0, C.matrix(), C3.matrix()),
                     headwise::shape_error);
+}
+
+TEST_CASE("rope_tables refuses the bases and factors the module refuses, before writing",
+          "[ops][rope][errors]") {
+    const double kInf = std::numeric_limits<double>::infinity();
+    const double kNaN = std::numeric_limits<double>::quiet_NaN();
+    const std::string fn = "headwise::ops::rope_tables: ";
+    Tensor<double> C(Shape{3, 2}), S(Shape{3, 2});
+    C.fill(7.0);
+    S.fill(7.0);
+    const std::vector<Index> pos{0, 1, 2};
+    for (const auto& [base, shown] : std::vector<std::pair<double, std::string>>{
+             {0.0, "0"}, {-10000.0, "-1e+04"}, {1.0, "1"}, {0.5, "0.5"}, {kInf, "inf"},
+             {-kInf, "-inf"}}) {
+        CAPTURE(base);
+        const std::string message = fn + "base: must be finite and greater than 1, got " + shown;
+        CHECK_THROWS_AS(ops::rope_tables<double>(Index{0}, base, 1.0, C.matrix(), S.matrix()),
+                        std::invalid_argument);
+        CHECK_THROWS_WITH(ops::rope_tables<double>(Index{0}, base, 1.0, C.matrix(), S.matrix()),
+                          message);
+        CHECK_THROWS_WITH(ops::rope_tables<double>(pos.data(), base, 1.0, C.matrix(), S.matrix()),
+                          message);
+    }
+    CHECK_THROWS_WITH(ops::rope_tables<double>(Index{0}, kNaN, 1.0, C.matrix(), S.matrix()),
+                      ContainsSubstring(fn + "base: must be finite and greater than 1, got") &&
+                          ContainsSubstring("nan"));
+    for (const auto& [factor, shown] : std::vector<std::pair<double, std::string>>{
+             {0.0, "0"}, {-2.0, "-2"}, {0.5, "0.5"}, {kInf, "inf"}}) {
+        CAPTURE(factor);
+        const std::string message =
+            fn + "scaling_factor: must be finite and at least 1, got " + shown;
+        CHECK_THROWS_WITH(ops::rope_tables<float>(Index{0}, 10000.0, factor,
+                                                  Tensor<float>(Shape{3, 2}).matrix(),
+                                                  Tensor<float>(Shape{3, 2}).matrix()),
+                          message);
+        CHECK_THROWS_WITH(ops::rope_tables<double>(pos.data(), 10000.0, factor, C.matrix(),
+                                                   S.matrix()),
+                          message);
+    }
+    CHECK_THROWS_WITH(ops::rope_tables<double>(Index{0}, 10000.0, kNaN, C.matrix(), S.matrix()),
+                      ContainsSubstring(fn + "scaling_factor: must be finite and at least 1, got") &&
+                          ContainsSubstring("nan"));
+    CHECK_THROWS_WITH(ops::rope_tables<double>(static_cast<const Index*>(nullptr), 10000.0, 1.0,
+                                               C.matrix(), S.matrix()),
+                      fn + "positions: must point to Cos.rows() positions, got null for 3 rows");
+    for (Index i = 0; i < C.numel(); ++i) {  // nothing written
+        CHECK(C.data()[i] == 7.0);
+        CHECK(S.data()[i] == 7.0);
+    }
+    // The module's own limits are accepted: base just above 1, factor 1.
+    ops::rope_tables<double>(Index{0}, std::nextafter(1.0, 2.0), 1.0, C.matrix(), S.matrix());
+    CHECK(C(0, 0) == 1.0);
+    CHECK(std::isfinite(C(2, 1)));
+    Tensor<double> none(Shape{0, 2});
+    ops::rope_tables<double>(static_cast<const Index*>(nullptr), 10000.0, 1.0, none.matrix(),
+                             none.matrix());
 }

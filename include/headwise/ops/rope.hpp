@@ -7,9 +7,11 @@
 
 #include <Eigen/Core>
 
-#include <cmath>  // std::cos, std::sin, std::pow
+#include <cmath>   // std::cos, std::sin, std::pow, std::isfinite
+#include <string>  // std::to_string
 
 #include "../config.hpp"
+#include "../detail/number_string.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -29,6 +31,9 @@
 //  - Both kernels WRITE their output (=): the output may be the very same matrix as the input
 //    (in place, as the attention pipeline uses them), but must not partially overlap it.
 //  - Shapes are checked in every build; a mismatch throws shape_error naming the argument.
+//  - rope_tables takes the base and the factor MultiheadAttention's rotary options take (finite,
+//    base > 1, factor >= 1) and throws std::invalid_argument for others, which would give NaN
+//    (base 0, inf) or angles no model uses.
 
 namespace headwise {
 
@@ -57,7 +62,10 @@ namespace headwise::ops {
 
 /// Cos[r, i] = cos(a), Sin[r, i] = sin(a) for the angle a = (positions[r] / scaling_factor)
 /// theta_i, theta_i = base^(-2i / D), with D = 2 Cos.cols(): rows r in [0, Cos.rows()),
-/// `positions` holding Cos.rows() positions. Computed in double, then rounded to T.
+/// `positions` holding Cos.rows() positions. Computed in double, then rounded to T. Throws
+/// std::invalid_argument, before writing, unless base is finite and greater than 1 and
+/// scaling_factor finite and at least 1 (as RotaryEmbedding's theta and scaling_factor), or when
+/// `positions` is null with rows to fill; shape_error when Sin's shape is not Cos's.
 template <class T>
 void rope_tables(const Index* positions, double base, double scaling_factor, MatrixRef<T> Cos,
                  MatrixRef<T> Sin);
@@ -102,6 +110,14 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
                       MatrixRef<T> Cos, MatrixRef<T> Sin) {
     // Cos [R, D/2], Sin [R, D/2]
     check_matrix(fn, "Sin", Sin, Cos.rows(), Cos.cols());
+    // RotaryEmbedding's rules (check_rotary): base 0 makes theta_i = 0^(-2i / D) infinite and
+    // the angles NaN (0 times inf at position 0); a base or factor that is not finite, likewise.
+    if (!(std::isfinite(base) && base > 1.0))
+        throw_invalid_argument(fn, "base", "must be finite and greater than 1",
+                               shortest_str(base));
+    if (!(std::isfinite(scaling_factor) && scaling_factor >= 1.0))
+        throw_invalid_argument(fn, "scaling_factor", "must be finite and at least 1",
+                               shortest_str(scaling_factor));
     const Index R = Cos.rows(), half = Cos.cols();
     const double D = static_cast<double>(2 * half);
     for (Index i = 0; i < half; ++i) {
@@ -148,6 +164,10 @@ template <class T>
 void rope_tables(const Index* positions, double base, double scaling_factor, MatrixRef<T> Cos,
                  MatrixRef<T> Sin) {
     HEADWISE_STATIC_ASSERT_REAL(T);
+    if (positions == nullptr && Cos.rows() > 0)
+        throw_invalid_argument("headwise::ops::rope_tables", "positions",
+                               "must point to Cos.rows() positions",
+                               "null for " + std::to_string(Cos.rows()) + " rows");
     detail::rope_fill_tables<T>(
         "headwise::ops::rope_tables", [positions](Index r) { return positions[r]; }, base,
         scaling_factor, Cos, Sin);
