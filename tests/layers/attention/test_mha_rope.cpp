@@ -2,7 +2,8 @@
 // MultiheadAttention with rotary position embeddings (options.rotary): forward against the
 // reference loops, the projections and the kernels against each other, gradients by finite
 // differences, transformers' LlamaAttention, decoding with the cache (token by token, GQA, left
-// padding), the option checks, and no change without RoPE.
+// padding, the absolute positions of the cached and new tokens), the option checks, and no change
+// without RoPE.
 #include <headwise/headwise.hpp>
 
 #include <limits>     // std::numeric_limits
@@ -437,6 +438,82 @@ TEST_CASE("left-padded batched decoding with RoPE equals each sequence decoded a
             batch.clear();
             CHECK(batch.position(1) == 0);
         }
+}
+
+TEST_CASE("decode rotates each new token at its absolute position, without bias_kv too",
+          "[mha][rope][kv_cache]") {
+    // RoPE is relative: the scores depend on m - n only, so a decode that put every token one
+    // position late would still equal forward whenever all the keys come from decode (only
+    // bias_k, which has no position, would tell). Two checks that see absolute positions:
+    // (1) the cached keys equal the keys of the same module without RoPE rotated here at each
+    // token's position (left padding included); (2) keys appended as forward rotates them
+    // (positions 0..P-1), then new tokens decoded after them, equal one causal forward.
+    const Index B = 2, N = 7, E = 16, H = 4, P = 4;
+    const double theta = 100.0, factor = 2.0;
+    std::mt19937_64 rng(31);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    Tensor<bool> first_padding(Shape{B, 3});  // sequence 1 left-padded by 2 in the first chunk
+    first_padding(1, 0) = first_padding(1, 1) = true;
+    using Rows = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    for (RopeConvention conv : {RopeConvention::rotate_half, RopeConvention::interleaved})
+        for (Index Hkv : {H, Index{2}})
+            for (Projection p : kProjections) {
+                CAPTURE(to_string(conv), Hkv, to_string(p));
+                MultiheadAttention<double> m =
+                    decoder<double>(E, H, Hkv, rope(conv, theta, factor), p);
+                MultiheadAttentionOptions plain = m.options();
+                plain.rotary.enabled = false;
+                MultiheadAttention<double> m0(plain, 21);
+                m0.load_state_dict(m.state_dict());
+                m0.eval();
+                const Index D = E / H;
+                // Rows of K [n, D] rotated at positions pos[0..n).
+                const auto rotated = [&](const Rows& K, const std::vector<Index>& pos) {
+                    const auto n = static_cast<Index>(pos.size());
+                    Tensor<double> cos(Shape{n, D / 2}), sin(Shape{n, D / 2});
+                    ops::rope_tables<double>(pos.data(), theta, factor, cos.matrix(), sin.matrix());
+                    Rows Y(n, D);
+                    ops::rope_forward<double>(K, cos.matrix(), sin.matrix(), conv, Y);
+                    return Y;
+                };
+
+                // (1) Chunks of 3, 2, 2, the first left-padded in sequence 1.
+                KVCache<double> cache = m.make_kv_cache(B, N), plain_cache = m0.make_kv_cache(B, N);
+                m.decode(tokens(x, 0, 3), cache, first_padding);
+                m0.decode(tokens(x, 0, 3), plain_cache, first_padding);
+                for (Index first = 3; first < N; first += 2) {
+                    m.decode(tokens(x, first, 2), cache);
+                    m0.decode(tokens(x, first, 2), plain_cache);
+                }
+                for (Index b = 0; b < B; ++b) {
+                    const Index pad = b == 1 ? 2 : 0;  // real tokens t >= pad, at t - pad
+                    std::vector<Index> pos;
+                    for (Index t = pad; t < N; ++t) pos.push_back(t - pad);
+                    for (Index h = 0; h < cache.num_kv_heads(); ++h) {
+                        CAPTURE(b, h);
+                        const Rows expected =
+                            rotated(plain_cache.key_block(b, h).bottomRows(N - pad), pos);
+                        const Rows got = cache.key_block(b, h).bottomRows(N - pad);
+                        CHECK((got - expected).cwiseAbs().maxCoeff() < 1e-12);
+                    }
+                }
+
+                // (2) The first P tokens' keys and values appended as forward has them.
+                KVCache<double> plain_prompt = m0.make_kv_cache(B, P);
+                m0.decode(tokens(x, 0, P), plain_prompt);
+                std::vector<Index> prompt_positions(static_cast<std::size_t>(P));
+                for (Index t = 0; t < P; ++t) prompt_positions[static_cast<std::size_t>(t)] = t;
+                KVCache<double> mixed = m.make_kv_cache(B, N);
+                mixed.append(
+                    P,
+                    [&](Index b, Index h) {
+                        return rotated(plain_prompt.key_block(b, h), prompt_positions);
+                    },
+                    [&](Index b, Index h) { return Rows(plain_prompt.value_block(b, h)); });
+                CHECK(mixed.position(0) == P);
+                const Tensor<double> got = m.decode(tokens(x, P, N - P), mixed);  // [B, N - P, E]
+                HEADWISE_CHECK_CLOSE(got, tokens(causal_forward(m, x), P, N - P), 1e-12);
+            }
 }
 
 TEST_CASE("RoPE options are checked, and backward refuses a forward with other RoPE options",
