@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: MIT
+// quant_matmul's AVX2 + FMA + F16C kernels (compiled for those instructions whatever the
+// translation unit's -march, run only where the CPU has them): each weight block unpacked to 32
+// bytes in a register and multiplied with the 8-bit activation block by vpmaddubsw / vpmaddwd.
+#pragma once
+
+#include "../../detail/cpu_features.hpp"
+
+#if HEADWISE_X86_DISPATCH
+
+#include <immintrin.h>  // AVX2, FMA and F16C intrinsics
+
+#include <cstdint>  // std::uint8_t, std::int8_t, std::uint32_t
+
+#include "../../config.hpp"
+#include "../../quant/types.hpp"
+#include "quant_matmul_portable.hpp"
+
+namespace headwise::detail {
+
+// Every function here carries the target attribute: an intrinsic inlines only into a function
+// compiled for its instruction set. No lambdas (they would not inherit the attribute).
+
+HEADWISE_TARGET_AVX2_F16C inline float avx2_half(const std::uint8_t* p) noexcept {
+    return _cvtsh_ss(static_cast<unsigned short>(p[0] | (p[1] << 8)));
+}
+
+HEADWISE_TARGET_AVX2_F16C inline float avx2_hsum(__m256 v) noexcept {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/// The 32 nibbles of 16 bytes as bytes: value l < 16 the low nibble of byte l, 16 + l its high
+/// nibble (the 32-value formats' order).
+HEADWISE_TARGET_AVX2_F16C inline __m256i avx2_nibbles(const std::uint8_t* p) noexcept {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/// Byte l = 0x10 where bit l of the 32 bits at p is set, else 0 (Q5's fifth bits).
+HEADWISE_TARGET_AVX2_F16C inline __m256i avx2_fifth_bits(const std::uint8_t* p) noexcept {
+    const std::uint32_t qh =
+        static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+        (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+    // Byte l gets byte l / 8 of qh, then keeps bit l % 8 of it.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// The formats: load() unpacks block `blk` (of 32 values) of a row into 32 bytes and its scales
+// (WeightBlock32's meaning). kSigned: the bytes are signed (else 0..31); kMin: mw is used;
+// kScale16: sc16 holds the two 16-value scales as 16-bit lanes (low half sc[0], high sc[1]).
+struct Avx2Q8_0 {
+    static constexpr bool kSigned = true, kMin = false, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float&, __m256i&) noexcept {
+        const std::uint8_t* p = row + blk * 34;
+        dw = avx2_half(p);
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    }
+};
+
+struct Avx2Q4_0 {
+    static constexpr bool kSigned = true, kMin = false, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float&, __m256i&) noexcept {
+        const std::uint8_t* p = row + blk * 18;
+        dw = avx2_half(p);
+        return _mm256_sub_epi8(avx2_nibbles(p + 2), _mm256_set1_epi8(8));
+    }
+};
+
+struct Avx2Q4_1 {
+    static constexpr bool kSigned = false, kMin = true, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float& mw, __m256i&) noexcept {
+        const std::uint8_t* p = row + blk * 20;
+        dw = avx2_half(p);
+        mw = avx2_half(p + 2);
+        return avx2_nibbles(p + 4);
+    }
+};
+
+struct Avx2Q5_0 {
+    static constexpr bool kSigned = true, kMin = false, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float&, __m256i&) noexcept {
+        const std::uint8_t* p = row + blk * 22;
+        dw = avx2_half(p);
+        const __m256i q = _mm256_or_si256(avx2_nibbles(p + 6), avx2_fifth_bits(p + 2));
+        return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    }
+};
+
+struct Avx2Q5_1 {
+    static constexpr bool kSigned = false, kMin = true, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float& mw, __m256i&) noexcept {
+        const std::uint8_t* p = row + blk * 24;
+        dw = avx2_half(p);
+        mw = avx2_half(p + 2);
+        return _mm256_or_si256(avx2_nibbles(p + 8), avx2_fifth_bits(p + 4));
+    }
+};
+
+struct Avx2Q4_K {
+    static constexpr bool kSigned = false, kMin = true, kScale16 = false;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float& mw, __m256i&) noexcept {
+        const std::uint8_t* p = row + (blk / 8) * 144;
+        const int j = static_cast<int>(blk % 8);
+        int sc, m;
+        q4_k_scale_min(p + 4, j, sc, m);
+        dw = avx2_half(p) * static_cast<float>(sc);
+        mw = -(avx2_half(p + 2) * static_cast<float>(m));
+        // Sub-blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes.
+        __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (j / 2)));
+        if (j % 2) q = _mm256_srli_epi16(q, 4);
+        return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+    }
+};
+
+struct Avx2Q6_K {
+    static constexpr bool kSigned = true, kMin = false, kScale16 = true;
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
+                                                  float&, __m256i& sc16) noexcept {
+        const std::uint8_t* p = row + (blk / 8) * 210;
+        const int j = static_cast<int>(blk % 8);
+        const int h = j / 4, c = j % 4;  // values 128 h + [32 c, 32 c + 32)
+        const auto* scales = reinterpret_cast<const std::int8_t*>(p + 192);
+        dw = avx2_half(p + 208);
+        sc16 = _mm256_set_m128i(_mm_set1_epi16(scales[2 * j + 1]), _mm_set1_epi16(scales[2 * j]));
+        // Low 4 bits: nibble c / 2 of ql[64 h + 32 (c % 2) + l]; high 2: bits 2c of qh[32 h + l].
+        __m256i low =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32 * (c % 2)));
+        if (c >= 2) low = _mm256_srli_epi16(low, 4);
+        low = _mm256_and_si256(low, _mm256_set1_epi8(0x0F));
+        __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+        high = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c)),
+                                _mm256_set1_epi8(0x03));
+        const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        return _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+    }
+};
+
+/// out[r] = W row . activation row n0 + r, for r < R.
+template <class F, int R>
+HEADWISE_TARGET_AVX2_F16C inline void avx2_block_rows(const std::uint8_t* row,
+                                                      const QuantActivations& act, Index n0,
+                                                      float* out) noexcept {
+    const Index in = act.in, nb = in / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    float acc_min[R];
+    for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_setzero_ps();
+        acc_min[r] = 0.0f;
+    }
+    for (Index blk = 0; blk < nb; ++blk) {
+        float dw = 0.0f, mw = 0.0f;
+        __m256i sc16 = ones;
+        const __m256i q = F::load(row, blk, dw, mw, sc16);
+        // vpmaddubsw multiplies unsigned by signed bytes: a signed weight goes in as |q| and the
+        // activation takes q's sign (exact; |q| <= 128 and |x| <= 127 keep the pair sums within
+        // 16 bits).
+        const __m256i wq = F::kSigned ? _mm256_sign_epi8(q, q) : q;
+        for (int r = 0; r < R; ++r) {
+            const Index n = n0 + r;
+            const __m256i x =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + n * in + blk * 32));
+            const __m256i xs = F::kSigned ? _mm256_sign_epi8(x, q) : x;
+            const __m256i p16 = _mm256_maddubs_epi16(wq, xs);
+            const __m256i p32 = _mm256_madd_epi16(p16, F::kScale16 ? sc16 : ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
+                                     _mm256_set1_ps(dw * act.d[n * nb + blk]), acc[r]);
+            if (F::kMin) acc_min[r] += mw * act.s[n * nb + blk];
+        }
+    }
+    for (int r = 0; r < R; ++r) out[r] = avx2_hsum(acc[r]) + acc_min[r];
+}
+
+/// GEMV: the dot product of one weight row with activation row 0, two blocks at a time into two
+/// accumulators (the FMA's latency would otherwise bound a row).
+template <class F>
+HEADWISE_TARGET_AVX2_F16C inline float avx2_block_gemv(const std::uint8_t* row,
+                                                       const QuantActivations& act) noexcept {
+    const Index nb = act.in / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float min0 = 0.0f, min1 = 0.0f;
+    Index blk = 0;
+    for (; blk + 2 <= nb; blk += 2) {
+        float dw0 = 0.0f, mw0 = 0.0f, dw1 = 0.0f, mw1 = 0.0f;
+        __m256i sc0 = ones, sc1 = ones;
+        const __m256i q0 = F::load(row, blk, dw0, mw0, sc0);
+        const __m256i q1 = F::load(row, blk + 1, dw1, mw1, sc1);
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32));
+        const __m256i x1 =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32 + 32));
+        const __m256i p0 = _mm256_madd_epi16(
+            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(x0, q0))
+                       : _mm256_maddubs_epi16(q0, x0),
+            F::kScale16 ? sc0 : ones);
+        const __m256i p1 = _mm256_madd_epi16(
+            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q1, q1), _mm256_sign_epi8(x1, q1))
+                       : _mm256_maddubs_epi16(q1, x1),
+            F::kScale16 ? sc1 : ones);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw0 * act.d[blk]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw1 * act.d[blk + 1]), acc1);
+        if (F::kMin) {
+            min0 += mw0 * act.s[blk];
+            min1 += mw1 * act.s[blk + 1];
+        }
+    }
+    if (blk < nb) {
+        float dw = 0.0f, mw = 0.0f;
+        __m256i sc = ones;
+        const __m256i q = F::load(row, blk, dw, mw, sc);
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32));
+        const __m256i p = _mm256_madd_epi16(
+            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q))
+                       : _mm256_maddubs_epi16(q, x),
+            F::kScale16 ? sc : ones);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * act.d[blk]), acc0);
+        if (F::kMin) min0 += mw * act.s[blk];
+    }
+    return avx2_hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1);
+}
+
+/// The rows of a block format against N activation rows: four at a time, then the rest.
+template <class F>
+HEADWISE_TARGET_AVX2_F16C inline void avx2_block_format_rows(const QuantRows& W,
+                                                             const QuantActivations& act, Index N,
+                                                             float* y, Index y_stride,
+                                                             const float* bias) noexcept {
+    for (Index o = 0; o < W.count; ++o) {
+        const std::uint8_t* row = W.data + o * W.stride;
+        const float b = bias ? bias[o] : 0.0f;
+        if (N == 1) {
+            y[o] = avx2_block_gemv<F>(row, act) + b;
+            continue;
+        }
+        float out[4];
+        Index n = 0;
+        for (; n + 4 <= N; n += 4) {
+            avx2_block_rows<F, 4>(row, act, n, out);
+            for (int r = 0; r < 4; ++r) y[(n + r) * y_stride + o] = out[r] + b;
+        }
+        for (; n < N; ++n) {
+            avx2_block_rows<F, 1>(row, act, n, out);
+            y[n * y_stride + o] = out[0] + b;
+        }
+    }
+}
+
+/// 8 values of a float-type row from value i, as floats.
+HEADWISE_TARGET_AVX2_F16C inline __m256 avx2_float_values(quant::Type type, const std::uint8_t* row,
+                                                          Index i) noexcept {
+    if (type == quant::Type::f32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
+    if (type == quant::Type::f16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // bf16
+}
+
+/// The rows of F32, F16 or BF16 against N float activation rows.
+HEADWISE_TARGET_AVX2_F16C inline void avx2_float_format_rows(const QuantRows& W,
+                                                             const QuantActivations& act, Index N,
+                                                             float* y, Index y_stride,
+                                                             const float* bias) noexcept {
+    const Index in = act.in, in8 = in - in % 8;
+    for (Index o = 0; o < W.count; ++o) {
+        const std::uint8_t* row = W.data + o * W.stride;
+        for (Index n = 0; n < N; ++n) {
+            const float* x = act.x + n * act.x_stride;
+            __m256 acc = _mm256_setzero_ps();
+            for (Index i = 0; i < in8; i += 8)
+                acc =
+                    _mm256_fmadd_ps(avx2_float_values(W.type, row, i), _mm256_loadu_ps(x + i), acc);
+            float sum = avx2_hsum(acc);
+            for (Index i = in8; i < in; ++i) sum += float_type_value(W.type, row, i) * x[i];
+            y[n * y_stride + o] = sum + (bias ? bias[o] : 0.0f);
+        }
+    }
+}
+
+/// quant_rows_portable's contract, by the AVX2 kernels.
+HEADWISE_TARGET_AVX2_F16C inline void quant_rows_avx2(const QuantRows& W,
+                                                      const QuantActivations& act, Index N,
+                                                      float* y, Index y_stride,
+                                                      const float* bias) noexcept {
+    using quant::Type;
+    switch (W.type) {
+        case Type::q8_0:
+            return avx2_block_format_rows<Avx2Q8_0>(W, act, N, y, y_stride, bias);
+        case Type::q4_0:
+            return avx2_block_format_rows<Avx2Q4_0>(W, act, N, y, y_stride, bias);
+        case Type::q4_1:
+            return avx2_block_format_rows<Avx2Q4_1>(W, act, N, y, y_stride, bias);
+        case Type::q5_0:
+            return avx2_block_format_rows<Avx2Q5_0>(W, act, N, y, y_stride, bias);
+        case Type::q5_1:
+            return avx2_block_format_rows<Avx2Q5_1>(W, act, N, y, y_stride, bias);
+        case Type::q4_k:
+            return avx2_block_format_rows<Avx2Q4_K>(W, act, N, y, y_stride, bias);
+        case Type::q6_k:
+            return avx2_block_format_rows<Avx2Q6_K>(W, act, N, y, y_stride, bias);
+        case Type::f32:
+        case Type::f16:
+        case Type::bf16:
+            return avx2_float_format_rows(W, act, N, y, y_stride, bias);
+    }
+}
+
+}  // namespace headwise::detail
+
+#endif  // HEADWISE_X86_DISPATCH

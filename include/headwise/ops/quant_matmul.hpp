@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+// The product of float activations and a quantized weight matrix, Y = X W^T + b, read block by
+// block from the stored format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K; F16, BF16, F32), with
+// AVX2 kernels chosen at run time and a portable fallback.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>  // std::max, std::min
+#include <cmath>      // std::fabs, std::isfinite, std::nearbyint
+#include <cstdint>    // std::uint8_t, std::int8_t, std::uint16_t, std::uint32_t, std::uint64_t
+#include <cstring>    // std::memcpy
+#include <limits>     // std::numeric_limits
+#include <string>     // std::string, std::to_string
+#include <vector>     // std::vector
+
+#include "../config.hpp"
+#include "../detail/cpu_features.hpp"
+#include "../detail/parallel.hpp"
+#include "../error.hpp"
+#include "../quant/half.hpp"
+#include "../quant/types.hpp"
+#include "../tensor.hpp"
+
+namespace headwise::ops {
+
+// ---- declarations ----------------------------------------------------------------------------
+
+/// A read-only weight matrix W [rows, cols] = [out, in] in one of the stored formats: `rows`
+/// consecutive rows of quant::row_bytes(type, cols) bytes each at `data` (any alignment), in a
+/// buffer of `bytes` bytes. A view: the caller keeps the memory (a GGUF mapping, a vector).
+struct QuantMatrix {
+    quant::Type type = quant::Type::f32;
+    const void* data = nullptr;
+    Index rows = 0;           // out
+    Index cols = 0;           // in
+    std::uint64_t bytes = 0;  // size of the buffer at `data`
+};
+
+/// Which kernels quant_matmul runs. `automatic` asks the CPU (AVX2 + FMA + F16C when it has
+/// them); the others force a path, so that both can be tested on one machine.
+enum class QuantKernels { automatic, portable, avx2 };
+
+/// "portable" or "avx2": what `automatic` runs on this CPU.
+inline const char* quant_matmul_kernels() noexcept;
+
+/// Buffers quant_matmul reuses from call to call: the activations rounded to 8-bit blocks.
+/// Grows only; one per thread of the caller.
+struct QuantMatmulWorkspace {
+    std::vector<std::int8_t> q;  // [N, in]       the 8-bit values
+    std::vector<float> d;        // [N, in / 32]  each block's scale
+    std::vector<float> s;        // [N, in / 32]  d times the sum of the block's values
+};
+
+/// Y[N, out] = X[N, in] W[out, in]^T + b[out] (b may be null), W quantized, X, b and Y float.
+///
+/// Activation scheme: for the block formats (Q8_0 ... Q6_K) each row of X is first rounded to
+/// 8-bit blocks of 32 values, x ~ d q with d = max|x| / 127 and q = round-to-nearest-even(x 127
+/// / max|x|) in [-127, 127], once per call; every weight block then meets its activation block
+/// in an integer dot product (32 products of an 8-bit and an at most 6-bit integer, summed
+/// exactly in 32 bits), scaled in float by the two blocks' scales. This is llama.cpp's scheme
+/// (its Q8_0 / Q8_K activations; here the scale is a float, not a half, and the K-quants meet
+/// blocks of 32 too). It changes the result against the float product of the dequantized
+/// weights by the activation rounding: per block at most d / 2 per value, in practice a relative
+/// error of about 0.5% of |y| on random data (docs/formats.md has the table). F16, BF16 and
+/// F32 weights meet the float activations unrounded. A block of X holding an infinity or a NaN
+/// makes the outputs that read it NaN.
+///
+/// GEMV (N = 1, a decode step) and GEMM (N > 1) run the same kernels: the GEMM computes four
+/// rows of X against each weight row, so each weight block is unpacked once for four products;
+/// nothing dequantizes the matrix. Output rows are split over the threads (parallel_blocks)
+/// when each gets enough work.
+///
+/// Checks, in every build, before anything is written: X [N, in] and Y [N, out] with out =
+/// W.rows and in = W.cols; in a multiple of the format's block size; W.bytes = out row_bytes;
+/// W.data not null when it is; a readable type; `kernels` = avx2 on a CPU without AVX2, FMA and
+/// F16C. Throws std::invalid_argument (shape_error for shapes) naming the function, the
+/// argument, the expected and the actual value.
+void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b, MatrixRef<float> Y,
+                  QuantMatmulWorkspace& workspace, QuantKernels kernels = QuantKernels::automatic);
+
+/// True when quant_matmul rounds the activations for a weight of `type` (the block formats).
+constexpr bool quant_rounds_activations(quant::Type type) noexcept;
+
+}  // namespace headwise::ops
+
+namespace headwise::detail {
+
+/// Values per activation block.
+inline constexpr Index kQuantActBlock = 32;
+
+/// The activation rounding quant_matmul applies, row by row: x[0, in) (in a multiple of 32)
+/// into q[0, in), d[0, in / 32) and s[0, in / 32). Public so that tests can round as it does.
+void quantize_activations(const float* x, Index in, std::int8_t* q, float* d, float* s) noexcept;
+
+}  // namespace headwise::detail
+
+// ---- definitions -----------------------------------------------------------------------------
+
+#include "detail/quant_matmul_portable.hpp"
+#if HEADWISE_X86_DISPATCH
+#include "detail/quant_matmul_avx2.hpp"
+#endif
+
+namespace headwise::detail {
+
+inline void quantize_activations(const float* x, Index in, std::int8_t* q, float* d,
+                                 float* s) noexcept {
+    for (Index blk = 0; blk < in / kQuantActBlock; ++blk) {
+        const float* xb = x + blk * kQuantActBlock;
+        std::int8_t* qb = q + blk * kQuantActBlock;
+        float amax = 0.0f;
+        bool finite = true;
+        for (Index l = 0; l < kQuantActBlock; ++l) {
+            finite = finite && std::isfinite(xb[l]);
+            amax = std::max(amax, std::fabs(xb[l]));
+        }
+        if (!finite) {
+            // A NaN scale makes every product with this block NaN, as the float product of an
+            // infinity or a NaN would be (or an infinity: NaN says the value is lost).
+            for (Index l = 0; l < kQuantActBlock; ++l) qb[l] = 0;
+            d[blk] = std::numeric_limits<float>::quiet_NaN();
+            s[blk] = d[blk];
+            continue;
+        }
+        // x 127 / amax is in [-127, 127]; rounding to nearest even (the default mode, the same
+        // in the AVX2 kernels' rounding) keeps it there.
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (Index l = 0; l < kQuantActBlock; ++l) {
+            const int v = static_cast<int>(std::nearbyint(xb[l] * id));
+            qb[l] = static_cast<std::int8_t>(v);
+            sum += v;
+        }
+        d[blk] = amax / 127.0f;
+        s[blk] = d[blk] * static_cast<float>(sum);
+    }
+}
+
+/// Whether quant_matmul's AVX2 kernels may run here.
+inline bool quant_avx2_available() noexcept {
+#if HEADWISE_X86_DISPATCH
+    return cpu_simd_level() != SimdLevel::none && cpu_has_f16c();
+#else
+    return false;
+#endif
+}
+
+/// Multiply-adds per thread below which quant_matmul stays on one thread: starting a second
+/// thread costs a few microseconds, which a 576 x 576 GEMV (~330k) already pays back.
+inline constexpr Index kQuantParallelGrain = Index{1} << 17;
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
+inline const char* quant_matmul_kernels() noexcept {
+    return detail::quant_avx2_available() ? "avx2" : "portable";
+}
+
+constexpr bool quant_rounds_activations(quant::Type type) noexcept {
+    return type != quant::Type::f32 && type != quant::Type::f16 && type != quant::Type::bf16;
+}
+
+inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b,
+                         MatrixRef<float> Y, QuantMatmulWorkspace& workspace,
+                         QuantKernels kernels) {
+    constexpr const char* fn = "headwise::ops::quant_matmul";
+    // X [N, in], W [out, in] (blocks), b [out], Y [N, out]
+    const quant::BlockFormat format = quant::block_format(W.type, fn);
+    const Index N = X.rows(), in = W.cols, out = W.rows;
+    if (W.rows < 0 || W.cols < 0)
+        throw_invalid_argument(fn, "W", "expected non-negative rows and cols",
+                               "[" + std::to_string(W.rows) + ", " + std::to_string(W.cols) + "]");
+    if (in % format.block_size != 0)
+        throw_invalid_argument(fn, "W.cols (in)",
+                               "expected a multiple of " + std::to_string(format.block_size) +
+                                   " (" + format.name + "'s block size)",
+                               std::to_string(in));
+    detail::check_shape(fn, "X", Shape{X.rows(), X.cols()}, Shape{N, in});
+    detail::check_shape(fn, "Y", Shape{Y.rows(), Y.cols()}, Shape{N, out});
+    const std::uint64_t row_bytes = quant::row_bytes(W.type, in, fn);
+    const std::uint64_t expected = row_bytes * static_cast<std::uint64_t>(out);
+    if (W.bytes != expected)
+        throw_invalid_argument(fn, "W.bytes",
+                               "expected " + std::to_string(expected) + " (" + std::to_string(out) +
+                                   " rows of " + std::to_string(row_bytes) + " bytes of " +
+                                   format.name + ")",
+                               std::to_string(W.bytes));
+    if (W.data == nullptr && expected > 0)
+        throw_invalid_argument(
+            fn, "W.data", "expected a buffer of " + std::to_string(expected) + " bytes", "null");
+    bool avx2 = false;
+    if (kernels == QuantKernels::avx2) {
+        if (!detail::quant_avx2_available())
+            throw_invalid_argument(fn, "kernels", "expected a kernel set this CPU runs (portable)",
+                                   "avx2 (this CPU lacks AVX2, FMA or F16C)");
+        avx2 = true;
+    } else if (kernels == QuantKernels::automatic) {
+        avx2 = detail::quant_avx2_available();
+    }
+    if (N == 0 || out == 0) return;
+
+    const auto* w = static_cast<const std::uint8_t*>(W.data);
+    const bool rounds = quant_rounds_activations(W.type);
+    // The activations as the kernels read them: rounded to 8-bit blocks, or X itself (float
+    // formats) when X's rows are contiguous.
+    const Index nb = in / detail::kQuantActBlock;
+    detail::QuantActivations act{};
+    act.in = in;
+    if (rounds) {
+        workspace.q.resize(static_cast<std::size_t>(N * in));
+        workspace.d.resize(static_cast<std::size_t>(N * nb));
+        workspace.s.resize(static_cast<std::size_t>(N * nb));
+        detail::parallel_blocks(
+            N, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(in, 1)),
+            [&](Index first, Index count) {
+                for (Index r = first; r < first + count; ++r)
+                    detail::quantize_activations(X.row(r).data(), in, workspace.q.data() + r * in,
+                                                 workspace.d.data() + r * nb,
+                                                 workspace.s.data() + r * nb);
+            });
+        act.q = workspace.q.data();
+        act.d = workspace.d.data();
+        act.s = workspace.s.data();
+    }
+    act.x = X.data();
+    act.x_stride = X.outerStride();
+
+    const Index work = std::max<Index>(in, 1) * N;  // multiply-adds per output row
+    const Index grain = std::max<Index>(1, detail::kQuantParallelGrain / work);
+    float* y = Y.data();
+    const Index y_stride = Y.outerStride();
+    detail::parallel_blocks(out, grain, [&](Index first, Index count) {
+        const detail::QuantRows rows{W.type, w + static_cast<std::uint64_t>(first) * row_bytes,
+                                     static_cast<Index>(row_bytes), count};
+#if HEADWISE_X86_DISPATCH
+        if (avx2) {
+            detail::quant_rows_avx2(rows, act, N, y + first, y_stride, b ? b + first : nullptr);
+            return;
+        }
+#endif
+        detail::quant_rows_portable(rows, act, N, y + first, y_stride, b ? b + first : nullptr);
+    });
+    static_cast<void>(avx2);
+}
+
+}  // namespace headwise::ops
