@@ -3,14 +3,18 @@
 // temperature, top-k and top-p sampling, stop tokens, left-padded prompt batches.
 #pragma once
 
-#include <algorithm>  // std::max, std::min, std::sort, std::find
-#include <cmath>      // std::exp, std::isfinite
-#include <cstdint>    // std::int64_t, std::uint64_t
-#include <numeric>    // std::iota
-#include <string>     // std::string, std::to_string
-#include <vector>     // std::vector
+#include <algorithm>    // std::max, std::min, std::stable_sort, std::find
+#include <cmath>        // std::exp, std::isfinite, std::isnan
+#include <cstdint>      // std::int64_t, std::uint64_t
+#include <limits>       // std::numeric_limits
+#include <numeric>      // std::iota
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::void_t, std::true_type, std::false_type
+#include <utility>      // std::declval
+#include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/number_string.hpp"
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
@@ -58,38 +62,90 @@ inline LeftPaddedBatch left_pad(const std::vector<std::vector<std::int64_t>>& pr
     return batch;
 }
 
+}  // namespace headwise::models
+
+namespace headwise::detail {
+
+/// Throws std::invalid_argument, naming `fn` and the option, unless temperature, top_k and top_p
+/// are in the ranges GenerationOptions gives them (max_new_tokens is generate()'s to check).
+inline void check_sampling_options(const char* fn, const models::GenerationOptions& options) {
+    if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature))
+        throw_invalid_argument(fn, "options.temperature", "must be finite and >= 0",
+                               shortest_str(options.temperature));
+    if (options.top_k < 0)
+        throw_invalid_argument(fn, "options.top_k", "must be >= 0 (0: off)",
+                               std::to_string(options.top_k));
+    if (!(options.top_p > 0.0 && options.top_p <= 1.0))
+        throw_invalid_argument(fn, "options.top_p", "must be in (0, 1]",
+                               shortest_str(options.top_p));
+}
+
+/// True when Model's config() has a max_position_embeddings (the longest sequence it was
+/// trained for), which bounds generate()'s KV cache.
+template <class Model, class = void>
+struct has_max_position_embeddings : std::false_type {};
+template <class Model>
+struct has_max_position_embeddings<
+    Model, std::void_t<decltype(std::declval<Model&>().config().max_position_embeddings)>>
+    : std::true_type {};
+
+}  // namespace headwise::detail
+
+namespace headwise::models {
+
 /// The next token of one sequence from its logits row [V], as generate() chooses it; `rng` is
 /// that sequence's generator (drawn once per sampled token, never for greedy). Sampling, in
-/// double: z_v = logits_v / temperature; the ids are sorted by z descending (lower id first on
-/// equal z); with top_k > 0 only the first top_k are kept; p = softmax(z) over the kept ids;
-/// with top_p < 1 only the shortest prefix of the sorted ids whose p sums to at least top_p is
-/// kept (at least one id); then u = uniform01(rng) in [0, 1) and the first kept id whose
-/// cumulative p exceeds u times the kept total is chosen. This is transformers' order
+/// double: the ids are sorted by logit descending (lower id first on equal logits); with
+/// top_k > 0 only the first top_k are kept; p = softmax(z) over the kept ids, with
+/// z_v = (logits_v - max logit) / temperature (the maximum subtracted before dividing, so that
+/// no z overflows however small the temperature: as temperature goes to 0 the mass goes to the
+/// highest logits); with top_p < 1 only the shortest prefix of the sorted ids whose p sums to at
+/// least top_p is kept (at least one id); then u = uniform01(rng) in [0, 1) and the first kept
+/// id whose cumulative p exceeds u times the kept total is chosen. This is transformers' order
 /// (temperature, top-k, top-p), not its random stream.
+///
+/// Throws std::invalid_argument, before drawing, for V < 1, null logits, a logit that is NaN or
+/// +inf, no logit above -inf, a temperature that is negative or not finite, top_k < 0 or top_p
+/// outside (0, 1].
 template <class T, class Rng>
 std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions& options,
                                Rng& rng) {
-    if (options.temperature == 0.0) {
-        Index best = 0;
-        for (Index v = 1; v < V; ++v)
-            if (logits[v] > logits[best]) best = v;
-        return best;
+    constexpr const char* fn = "headwise::models::choose_next_token";
+    if (V < 1)
+        throw_invalid_argument(fn, "V", "must be positive (the logits row [V])",
+                               std::to_string(V));
+    if (logits == nullptr) throw_invalid_argument(fn, "logits", "must not be null", "null");
+    headwise::detail::check_sampling_options(fn, options);
+    Index best = 0;  // the highest logit, the lowest id among equal ones
+    for (Index v = 0; v < V; ++v) {
+        const double l = static_cast<double>(logits[v]);
+        if (std::isnan(l) || l == std::numeric_limits<double>::infinity())
+            throw_invalid_argument(fn, "logits[" + std::to_string(v) + "]",
+                                   "must be a number below +inf",
+                                   headwise::detail::shortest_str(l));
+        if (l > static_cast<double>(logits[best])) best = v;
     }
-    std::vector<double> z(static_cast<std::size_t>(V));
-    for (Index v = 0; v < V; ++v)
-        z[static_cast<std::size_t>(v)] = static_cast<double>(logits[v]) / options.temperature;
+    const double top = static_cast<double>(logits[best]);
+    if (top == -std::numeric_limits<double>::infinity())
+        throw_invalid_argument(fn, "logits", "must hold a value above -inf",
+                               "all " + std::to_string(V) + " are -inf");
+    if (options.temperature == 0.0) return best;
+
     std::vector<Index> order(static_cast<std::size_t>(V));
     std::iota(order.begin(), order.end(), Index{0});
-    std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) {
-        return z[static_cast<std::size_t>(a)] > z[static_cast<std::size_t>(b)];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](Index a, Index b) { return logits[a] > logits[b]; });
     std::size_t kept = order.size();
     if (options.top_k > 0) kept = std::min(kept, static_cast<std::size_t>(options.top_k));
-    const double top = z[static_cast<std::size_t>(order[0])];
+    // softmax(logits / T) = softmax((logits - max) / T): every z <= 0, so exp(z) is in [0, 1]
+    // and the top id's is 1, where logits / T alone overflows to inf (inf - inf = NaN) for a
+    // tiny T.
     std::vector<double> p(kept);
     double total = 0.0;
     for (std::size_t i = 0; i < kept; ++i) {
-        p[i] = std::exp(z[static_cast<std::size_t>(order[i])] - top);
+        const double z =
+            (static_cast<double>(logits[order[i]]) - top) / options.temperature;  // <= 0
+        p[i] = std::exp(z);
         total += p[i];
     }
     if (options.top_p < 1.0) {
@@ -109,7 +165,9 @@ std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions
         sum += p[i];
         if (sum > u) return order[i];
     }
-    return order[kept - 1];  // rounding: u just below the total
+    // u rounded up to the total: the last kept id that has any probability.
+    while (kept > 1 && p[kept - 1] == 0.0) --kept;
+    return order[kept - 1];
 }
 
 /// Generates up to options.max_new_tokens new tokens after each prompt with `model`, a causal
@@ -123,8 +181,12 @@ std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions
 /// while any sequence runs (a finished sequence's step token is marked as padding). Positions
 /// count only the non-padding tokens, so each prompt gives what it gives alone. Sequence b
 /// draws from its own Generator seeded options.seed + b (see choose_next_token), so its tokens
-/// depend on the seed and its own logits only. Throws std::invalid_argument for no prompts, an
-/// empty prompt, options out of range, std::out_of_range for an id outside the vocabulary.
+/// depend on the seed and its own logits only. The KV cache holds the longest prompt's L tokens
+/// and max_new_tokens - 1 more; when the model's config() has max_position_embeddings (the
+/// longest sequence it was trained for), L + max_new_tokens - 1 must not exceed it. Throws
+/// std::invalid_argument, before allocating anything, for no prompts, an empty prompt, options
+/// out of range, a cache longer than that bound (or than Index can count),
+/// std::out_of_range for an id outside the vocabulary.
 template <class Model>
 std::vector<std::vector<std::int64_t>> generate(
     Model& model, const std::vector<std::vector<std::int64_t>>& prompts,
@@ -141,23 +203,33 @@ std::vector<std::vector<std::int64_t>> generate(
     if (options.max_new_tokens < 0)
         throw_invalid_argument(fn, "options.max_new_tokens", "must be >= 0",
                                std::to_string(options.max_new_tokens));
-    if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature))
-        throw_invalid_argument(fn, "options.temperature", "must be finite and >= 0",
-                               std::to_string(options.temperature));
-    if (options.top_k < 0)
-        throw_invalid_argument(fn, "options.top_k", "must be >= 0 (0: off)",
-                               std::to_string(options.top_k));
-    if (!(options.top_p > 0.0 && options.top_p <= 1.0))
-        throw_invalid_argument(fn, "options.top_p", "must be in (0, 1]",
-                               std::to_string(options.top_p));
+    headwise::detail::check_sampling_options(fn, options);
     const Index B = static_cast<Index>(prompts.size());
     const Index V = model.config().vocab_size;
     std::vector<std::vector<std::int64_t>> out(prompts.size());
     if (options.max_new_tokens == 0) return out;
+    // The cache holds every token fed to the model: the prompt and all new tokens but the last.
+    // Both checks compare max_new_tokens - 1 with a difference, so that nothing overflows.
+    if constexpr (headwise::detail::has_max_position_embeddings<Model>::value) {
+        const Index limit = static_cast<Index>(model.config().max_position_embeddings);
+        if (options.max_new_tokens - 1 > limit - L)
+            throw_invalid_argument(fn, "options.max_new_tokens",
+                                   "the longest prompt (" + std::to_string(L) +
+                                       " tokens) + max_new_tokens - 1 must be at most the "
+                                       "model's config().max_position_embeddings = " +
+                                       std::to_string(limit),
+                                   std::to_string(options.max_new_tokens));
+    }
+    if (options.max_new_tokens - 1 > std::numeric_limits<Index>::max() - L)
+        throw_invalid_argument(fn, "options.max_new_tokens",
+                               "must keep the prompt length " + std::to_string(L) +
+                                   " + max_new_tokens - 1 representable",
+                               std::to_string(options.max_new_tokens));
+    const Index capacity = L + options.max_new_tokens - 1;
 
     // Prefill: the prompts left-padded (padding id 0, masked) in one decode.
     const LeftPaddedBatch prefill = left_pad(prompts);
-    auto cache = model.make_cache(B, L + options.max_new_tokens - 1);
+    auto cache = model.make_cache(B, capacity);
     auto logits = model.decode(prefill.ids.view(), cache, prefill.padding.view());  // [B, L, V]
     Index row_stride = L;  // logits rows per sequence
 
