@@ -4,6 +4,8 @@
 
 #include <headwise/text/wordpiece.hpp>
 
+#include <sys/stat.h>  // mkfifo
+
 #include <algorithm>   // std::find_if, std::stable_sort
 #include <cstdint>     // std::int64_t
 #include <cstdio>      // std::snprintf
@@ -407,6 +409,13 @@ TEST_CASE("BertTokenizer::from_directory: errors name vocab.txt and quote a boun
                          Message(fn + config +
                                  ": 'unk_token' is neither a string nor an object with 'content', "
                                  "got an object of 2 keys"));
+    // An optional file that is a FIFO is refused, not opened: opening it would wait for a
+    // writer that never comes.
+    std::filesystem::remove(config);
+    REQUIRE(::mkfifo(config.c_str(), 0600) == 0);
+    CHECK_THROWS_MATCHES(BertTokenizer::from_directory(dir.path().string()), std::runtime_error,
+                         Message(fn + config + ": is a FIFO, not a regular file"));
+    std::filesystem::remove(config);
     // The constructor quotes a bounded prefix too.
     BertTokenizerOptions o;
     o.unk_token = std::string(1000, 'u');

@@ -15,12 +15,13 @@
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::int64_t, std::int32_t
-#include <fstream>           // std::ifstream
+#include <filesystem>        // std::filesystem::exists, symlink_status
 #include <initializer_list>  // std::initializer_list
 #include <optional>          // std::optional
 #include <stdexcept>         // std::invalid_argument, std::runtime_error
 #include <string>            // std::string, std::u32string, std::to_string
 #include <string_view>       // std::string_view
+#include <system_error>      // std::error_code
 #include <unordered_map>     // std::unordered_map
 #include <unordered_set>     // std::unordered_set
 #include <utility>           // std::move, std::pair
@@ -283,7 +284,12 @@ inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
     BertTokenizerOptions o;
     // Where each special token was named, for the error when vocab.txt lacks it.
     std::unordered_map<std::string, std::string> named_in;
-    auto exists = [](const std::string& path) { return std::ifstream(path).good(); };
+    // Whether an optional file is there, asked of the directory entry without opening it (an
+    // open would block on a FIFO); read_json_file then refuses what is not a regular file.
+    auto exists = [](const std::string& path) {
+        std::error_code ec;
+        return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+    };
     auto read_token = [&](const nlohmann::json& j, const char* key, std::string& token,
                           const std::string& path) {
         const auto it = j.find(key);
