@@ -225,7 +225,7 @@ std::vector<std::vector<std::int64_t>> generate(
                                "must keep the prompt length " + std::to_string(L) +
                                    " + max_new_tokens - 1 representable",
                                std::to_string(options.max_new_tokens));
-    const Index capacity = L + options.max_new_tokens - 1;
+    const Index capacity = L + (options.max_new_tokens - 1);  // checked just above
 
     // Prefill: the prompts left-padded (padding id 0, masked) in one decode.
     const LeftPaddedBatch prefill = left_pad(prompts);
