@@ -11,6 +11,8 @@
 #include "error.hpp"
 #include "gradcheck.hpp"
 #include "init.hpp"
+#include "io/gguf.hpp"
+#include "io/gguf_value.hpp"
 #include "io/npy.hpp"
 // Weight files in safetensors format need nlohmann/json (linked by headwise::headwise when CMake
 // found it); without it everything else is still here.
@@ -68,6 +70,11 @@
 #include "optim/schedules.hpp"
 #include "optim/sgd.hpp"
 #include "precision.hpp"
+#include "quant/dequantize.hpp"
+#include "quant/half.hpp"
+#include "quant/k_quants.hpp"
+#include "quant/quantize.hpp"
+#include "quant/types.hpp"
 #include "random.hpp"
 #include "shape.hpp"
 #include "tensor.hpp"

@@ -274,12 +274,12 @@ private:
 
     std::uint32_t u32_at(std::size_t at) const {
         std::uint32_t v = 0;
-        for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(data_[at + i]) << (8 * i);
+        for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(data_[at + i]) << (8 * i);
         return v;
     }
     std::uint64_t u64_at(std::size_t at) const {
         std::uint64_t v = 0;
-        for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[at + i]) << (8 * i);
+        for (std::size_t i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[at + i]) << (8 * i);
         return v;
     }
 
