@@ -77,16 +77,16 @@ struct Weight {
 
 /// X [N, in] rounded as quant_matmul rounds it (unchanged for the float formats).
 std::vector<float> rounded_activations(Type type, const std::vector<float>& x, Index N, Index in) {
-    if (!headwise::ops::quant_rounds_activations(type)) return x;
+    if (!headwise::ops::quant_rounds_activations(type, N)) return x;
     std::vector<float> out(x.size());
     std::vector<std::int8_t> q(static_cast<std::size_t>(in));
-    std::vector<float> d(static_cast<std::size_t>(in / 32)), s(d.size());
+    std::vector<float> ds(static_cast<std::size_t>(2 * (in / 32)));
     for (Index n = 0; n < N; ++n) {
-        headwise::detail::quantize_activations(x.data() + n * in, in, q.data(), d.data(), s.data());
+        headwise::detail::quantize_activations(x.data() + n * in, in, q.data(), ds.data());
         for (Index i = 0; i < in; ++i)
             out[static_cast<std::size_t>(n * in + i)] =
                 static_cast<float>(static_cast<double>(q[static_cast<std::size_t>(i)]) *
-                                   d[static_cast<std::size_t>(i / 32)]);
+                                   ds[static_cast<std::size_t>(2 * (i / 32))]);
     }
     return out;
 }
@@ -108,7 +108,11 @@ TEST_CASE("quant_matmul is the product of the dequantized weights and the rounde
                                                                    {5, 256, 3},
                                                                    {7, 512, 11},
                                                                    {9, 256, 1},
-                                                                   {13, 768, 5}}));
+                                                                   {13, 768, 5},
+                                                                   {31, 256, 3},
+                                                                   {32, 256, 65},
+                                                                   {45, 512, 67},
+                                                                   {70, 256, 129}}));
     if (kernels == QuantKernels::avx2 &&
         std::string(headwise::ops::quant_matmul_kernels()) != "avx2") {
         WARN("skipped: this CPU has no AVX2 + FMA + F16C");

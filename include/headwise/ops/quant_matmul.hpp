@@ -18,9 +18,11 @@
 #include "../detail/cpu_features.hpp"
 #include "../detail/parallel.hpp"
 #include "../error.hpp"
+#include "../quant/dequantize.hpp"
 #include "../quant/half.hpp"
 #include "../quant/types.hpp"
 #include "../tensor.hpp"
+#include "gemm.hpp"
 
 namespace headwise::ops {
 
@@ -47,29 +49,44 @@ inline const char* quant_matmul_kernels() noexcept;
 /// Buffers quant_matmul reuses from call to call: the activations rounded to 8-bit blocks.
 /// Grows only; one per thread of the caller.
 struct QuantMatmulWorkspace {
-    std::vector<std::int8_t> q;  // [N, in]       the 8-bit values
-    std::vector<float> d;        // [N, in / 32]  each block's scale
-    std::vector<float> s;        // [N, in / 32]  d times the sum of the block's values
+    std::vector<std::int8_t> q;  // [N, in]          the 8-bit values
+    std::vector<float> ds;       // [N, in / 32, 2]  each block's scale d, and d times the sum
+                                 //                  of its values (the kernels load the pair)
+    std::vector<float> panel;    // [kQuantPanelRows, in]  dequantized weight rows (GEMM path)
 };
+
+/// From this many rows of X on, quant_matmul multiplies by dequantized weight panels (see
+/// there); below it, by the integer kernels.
+inline constexpr Index kQuantGemmRows = 32;
+
+/// Weight rows the GEMM path dequantizes at a time.
+inline constexpr Index kQuantPanelRows = 64;
 
 /// Y[N, out] = X[N, in] W[out, in]^T + b[out] (b may be null), W quantized, X, b and Y float.
 ///
-/// Activation scheme: for the block formats (Q8_0 ... Q6_K) each row of X is first rounded to
-/// 8-bit blocks of 32 values, x ~ d q with d = max|x| / 127 and q = round-to-nearest-even(x 127
-/// / max|x|) in [-127, 127], once per call; every weight block then meets its activation block
-/// in an integer dot product (32 products of an 8-bit and an at most 6-bit integer, summed
-/// exactly in 32 bits), scaled in float by the two blocks' scales. This is llama.cpp's scheme
-/// (its Q8_0 / Q8_K activations; here the scale is a float, not a half, and the K-quants meet
-/// blocks of 32 too). It changes the result against the float product of the dequantized
-/// weights by the activation rounding: per block at most d / 2 per value, in practice a relative
-/// error of about 0.5% of |y| on random data (docs/formats.md has the table). F16, BF16 and
-/// F32 weights meet the float activations unrounded. A block of X holding an infinity or a NaN
-/// makes the outputs that read it NaN.
+/// Two schemes, chosen by N (measured: docs/formats.md):
 ///
-/// GEMV (N = 1, a decode step) and GEMM (N > 1) run the same kernels: the GEMM computes four
-/// rows of X against each weight row, so each weight block is unpacked once for four products;
-/// nothing dequantizes the matrix. Output rows are split over the threads (parallel_blocks)
-/// when each gets enough work.
+/// GEMV and small batches (N < kQuantGemmRows): for the block formats (Q8_0 ... Q6_K) each row
+/// of X is first rounded to 8-bit blocks of 32 values, x ~ d q with d = max|x| / 127 and
+/// q = round-to-nearest-even(x 127 / max|x|) in [-127, 127], once per call; every weight block
+/// then meets its activation block in an integer dot product (32 products of an 8-bit and an at
+/// most 6-bit integer, summed exactly in 32 bits), scaled in float by the two blocks' scales.
+/// This is llama.cpp's scheme (its Q8_0 / Q8_1 / Q8_K activations; here the scale is a float,
+/// not a half, and the K-quants meet blocks of 32 too). It reads each weight byte once and
+/// unpacks it in registers, which is what a decode step (bound by reading the weights) needs.
+/// It changes the result against the float product of the dequantized weights by the
+/// activation rounding: at most half a step d / 2 per value, a relative error of about 0.5% of
+/// |y| on random data. F16, BF16 and F32 weights meet the float activations unrounded. A block
+/// of X holding an infinity or a NaN makes the outputs that read it NaN.
+///
+/// Batches (N >= kQuantGemmRows, prefill): panels of kQuantPanelRows weight rows are dequantized
+/// (quant::dequantize_row, the exact values) into workspace.panel and multiplied by the float
+/// GEMM (ops::gemm<float>, which threads as it does for Linear): the unpacking is paid once per
+/// panel for all N rows, the product runs at the float GEMM's rate, above the integer kernels'
+/// on AVX2, and X is not rounded. `kernels` does not apply to this path.
+///
+/// Nothing dequantizes the whole matrix. The integer kernels split output rows over the
+/// threads (parallel_blocks) when each gets enough work.
 ///
 /// Checks, in every build, before anything is written: X [N, in] and Y [N, out] with out =
 /// W.rows and in = W.cols; in a multiple of the format's block size; W.bytes = out row_bytes;
@@ -79,8 +96,9 @@ struct QuantMatmulWorkspace {
 void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b, MatrixRef<float> Y,
                   QuantMatmulWorkspace& workspace, QuantKernels kernels = QuantKernels::automatic);
 
-/// True when quant_matmul rounds the activations for a weight of `type` (the block formats).
-constexpr bool quant_rounds_activations(quant::Type type) noexcept;
+/// True when quant_matmul rounds the activations for a weight of `type` and N rows of X (the
+/// block formats, N < kQuantGemmRows).
+constexpr bool quant_rounds_activations(quant::Type type, Index N) noexcept;
 
 }  // namespace headwise::ops
 
@@ -90,8 +108,9 @@ namespace headwise::detail {
 inline constexpr Index kQuantActBlock = 32;
 
 /// The activation rounding quant_matmul applies, row by row: x[0, in) (in a multiple of 32)
-/// into q[0, in), d[0, in / 32) and s[0, in / 32). Public so that tests can round as it does.
-void quantize_activations(const float* x, Index in, std::int8_t* q, float* d, float* s) noexcept;
+/// into q[0, in) and, for block b, ds[2 b] = its scale d and ds[2 b + 1] = d times the sum of
+/// its q. Public so that tests can round as it does.
+void quantize_activations(const float* x, Index in, std::int8_t* q, float* ds) noexcept;
 
 }  // namespace headwise::detail
 
@@ -104,8 +123,7 @@ void quantize_activations(const float* x, Index in, std::int8_t* q, float* d, fl
 
 namespace headwise::detail {
 
-inline void quantize_activations(const float* x, Index in, std::int8_t* q, float* d,
-                                 float* s) noexcept {
+inline void quantize_activations(const float* x, Index in, std::int8_t* q, float* ds) noexcept {
     for (Index blk = 0; blk < in / kQuantActBlock; ++blk) {
         const float* xb = x + blk * kQuantActBlock;
         std::int8_t* qb = q + blk * kQuantActBlock;
@@ -119,8 +137,8 @@ inline void quantize_activations(const float* x, Index in, std::int8_t* q, float
             // A NaN scale makes every product with this block NaN, as the float product of an
             // infinity or a NaN would be (or an infinity: NaN says the value is lost).
             for (Index l = 0; l < kQuantActBlock; ++l) qb[l] = 0;
-            d[blk] = std::numeric_limits<float>::quiet_NaN();
-            s[blk] = d[blk];
+            ds[2 * blk] = std::numeric_limits<float>::quiet_NaN();
+            ds[2 * blk + 1] = ds[2 * blk];
             continue;
         }
         // x 127 / amax is in [-127, 127]; rounding to nearest even (the default mode, the same
@@ -132,8 +150,8 @@ inline void quantize_activations(const float* x, Index in, std::int8_t* q, float
             qb[l] = static_cast<std::int8_t>(v);
             sum += v;
         }
-        d[blk] = amax / 127.0f;
-        s[blk] = d[blk] * static_cast<float>(sum);
+        ds[2 * blk] = amax / 127.0f;
+        ds[2 * blk + 1] = ds[2 * blk] * static_cast<float>(sum);
     }
 }
 
@@ -158,8 +176,9 @@ inline const char* quant_matmul_kernels() noexcept {
     return detail::quant_avx2_available() ? "avx2" : "portable";
 }
 
-constexpr bool quant_rounds_activations(quant::Type type) noexcept {
-    return type != quant::Type::f32 && type != quant::Type::f16 && type != quant::Type::bf16;
+constexpr bool quant_rounds_activations(quant::Type type, Index N) noexcept {
+    return N < kQuantGemmRows && type != quant::Type::f32 && type != quant::Type::f16 &&
+           type != quant::Type::bf16;
 }
 
 inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b,
@@ -202,7 +221,33 @@ inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const fl
     if (N == 0 || out == 0) return;
 
     const auto* w = static_cast<const std::uint8_t*>(W.data);
-    const bool rounds = quant_rounds_activations(W.type);
+    if (N >= kQuantGemmRows) {
+        // Y[:, o0 : o0 + rows] = X panel^T, panel [rows, in] dequantized; the bias first.
+        workspace.panel.resize(static_cast<std::size_t>(kQuantPanelRows * in));
+        for (Index o0 = 0; o0 < out; o0 += kQuantPanelRows) {
+            const Index rows = std::min(kQuantPanelRows, out - o0);
+            float* panel = workspace.panel.data();
+            detail::parallel_blocks(
+                rows, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(in, 1)),
+                [&](Index first, Index count) {
+                    for (Index r = first; r < first + count; ++r)
+                        quant::dequantize_row(W.type,
+                                              w + static_cast<std::uint64_t>(o0 + r) * row_bytes,
+                                              panel + r * in, in);
+                });
+            auto Yp = Y.middleCols(o0, rows);  // [N, rows]
+            float beta = 0.0f;
+            if (b != nullptr) {
+                const Eigen::Map<const Eigen::Matrix<float, 1, Eigen::Dynamic>> bias(b + o0, rows);
+                for (Index n = 0; n < N; ++n) Yp.row(n) = bias;
+                beta = 1.0f;
+            }
+            gemm<float>(1.0f, X, Op::none, MatrixMap<const float>(panel, rows, in), Op::transpose,
+                        beta, Yp);
+        }
+        return;
+    }
+    const bool rounds = quant_rounds_activations(W.type, N);
     // The activations as the kernels read them: rounded to 8-bit blocks, or X itself (float
     // formats) when X's rows are contiguous.
     const Index nb = in / detail::kQuantActBlock;
@@ -210,19 +255,16 @@ inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const fl
     act.in = in;
     if (rounds) {
         workspace.q.resize(static_cast<std::size_t>(N * in));
-        workspace.d.resize(static_cast<std::size_t>(N * nb));
-        workspace.s.resize(static_cast<std::size_t>(N * nb));
+        workspace.ds.resize(static_cast<std::size_t>(2 * N * nb));
         detail::parallel_blocks(
             N, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(in, 1)),
             [&](Index first, Index count) {
                 for (Index r = first; r < first + count; ++r)
                     detail::quantize_activations(X.row(r).data(), in, workspace.q.data() + r * in,
-                                                 workspace.d.data() + r * nb,
-                                                 workspace.s.data() + r * nb);
+                                                 workspace.ds.data() + 2 * r * nb);
             });
         act.q = workspace.q.data();
-        act.d = workspace.d.data();
-        act.s = workspace.s.data();
+        act.ds = workspace.ds.data();
     }
     act.x = X.data();
     act.x_stride = X.outerStride();

@@ -11,6 +11,7 @@
 #include <immintrin.h>  // AVX2, FMA and F16C intrinsics
 
 #include <cstdint>  // std::uint8_t, std::int8_t, std::uint32_t
+#include <cstring>  // std::memcpy
 
 #include "../../config.hpp"
 #include "../../quant/types.hpp"
@@ -20,10 +21,6 @@ namespace headwise::detail {
 
 // Every function here carries the target attribute: an intrinsic inlines only into a function
 // compiled for its instruction set. No lambdas (they would not inherit the attribute).
-
-HEADWISE_TARGET_AVX2_F16C inline float avx2_half(const std::uint8_t* p) noexcept {
-    return _cvtsh_ss(static_cast<unsigned short>(p[0] | (p[1] << 8)));
-}
 
 HEADWISE_TARGET_AVX2_F16C inline float avx2_hsum(__m256 v) noexcept {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -54,46 +51,53 @@ HEADWISE_TARGET_AVX2_F16C inline __m256i avx2_fifth_bits(const std::uint8_t* p) 
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// The formats: load() unpacks block `blk` (of 32 values) of a row into 32 bytes and its scales
-// (WeightBlock32's meaning). kSigned: the bytes are signed (else 0..31); kMin: mw is used;
-// kScale16: sc16 holds the two 16-value scales as 16-bit lanes (low half sc[0], high sc[1]).
+/// The halves at p and p + 2 as floats: [h(p), h(p + 2), 0, 0] (a scale and a minimum).
+HEADWISE_TARGET_AVX2_F16C inline __m128 avx2_half_pair(const std::uint8_t* p) noexcept {
+    std::uint32_t bits;
+    std::memcpy(&bits, p, sizeof bits);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+}
+
+// The formats: load() unpacks block `blk` (of 32 values) of a row into 32 bytes and returns its
+// scales in dm = [dw, mw, *, *] (WeightBlock32's meaning; lanes 2, 3 and, without kMin, lane 1
+// are not used). kSigned: the bytes are signed (else 0..31); kScale16: sc16 holds the two
+// 16-value scales as 16-bit lanes (low half sc[0], high half sc[1]).
 struct Avx2Q8_0 {
     static constexpr bool kSigned = true, kMin = false, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float&, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + blk * 34;
-        dw = avx2_half(p);
+        dm = avx2_half_pair(p);
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
     }
 };
 
 struct Avx2Q4_0 {
     static constexpr bool kSigned = true, kMin = false, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float&, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + blk * 18;
-        dw = avx2_half(p);
+        dm = avx2_half_pair(p);
         return _mm256_sub_epi8(avx2_nibbles(p + 2), _mm256_set1_epi8(8));
     }
 };
 
 struct Avx2Q4_1 {
     static constexpr bool kSigned = false, kMin = true, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float& mw, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + blk * 20;
-        dw = avx2_half(p);
-        mw = avx2_half(p + 2);
+        dm = avx2_half_pair(p);
         return avx2_nibbles(p + 4);
     }
 };
 
 struct Avx2Q5_0 {
     static constexpr bool kSigned = true, kMin = false, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float&, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + blk * 22;
-        dw = avx2_half(p);
+        dm = avx2_half_pair(p);
         const __m256i q = _mm256_or_si256(avx2_nibbles(p + 6), avx2_fifth_bits(p + 2));
         return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     }
@@ -101,25 +105,26 @@ struct Avx2Q5_0 {
 
 struct Avx2Q5_1 {
     static constexpr bool kSigned = false, kMin = true, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float& mw, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + blk * 24;
-        dw = avx2_half(p);
-        mw = avx2_half(p + 2);
+        dm = avx2_half_pair(p);
         return _mm256_or_si256(avx2_nibbles(p + 8), avx2_fifth_bits(p + 4));
     }
 };
 
 struct Avx2Q4_K {
     static constexpr bool kSigned = false, kMin = true, kScale16 = false;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float& mw, __m256i&) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i&) noexcept {
         const std::uint8_t* p = row + (blk / 8) * 144;
         const int j = static_cast<int>(blk % 8);
         int sc, m;
         q4_k_scale_min(p + 4, j, sc, m);
-        dw = avx2_half(p) * static_cast<float>(sc);
-        mw = -(avx2_half(p + 2) * static_cast<float>(m));
+        // [d sc, -(dmin m)], each product rounded to float as dequantization rounds it.
+        dm = _mm_mul_ps(avx2_half_pair(p),
+                        _mm_setr_ps(static_cast<float>(sc), static_cast<float>(m), 0.0f, 0.0f));
+        dm = _mm_xor_ps(dm, _mm_setr_ps(0.0f, -0.0f, 0.0f, 0.0f));
         // Sub-blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes.
         __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (j / 2)));
         if (j % 2) q = _mm256_srli_epi16(q, 4);
@@ -129,13 +134,14 @@ struct Avx2Q4_K {
 
 struct Avx2Q6_K {
     static constexpr bool kSigned = true, kMin = false, kScale16 = true;
-    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, float& dw,
-                                                  float&, __m256i& sc16) noexcept {
+    HEADWISE_TARGET_AVX2_F16C static __m256i load(const std::uint8_t* row, Index blk, __m128& dm,
+                                                  __m256i& sc16) noexcept {
         const std::uint8_t* p = row + (blk / 8) * 210;
         const int j = static_cast<int>(blk % 8);
         const int h = j / 4, c = j % 4;  // values 128 h + [32 c, 32 c + 32)
         const auto* scales = reinterpret_cast<const std::int8_t*>(p + 192);
-        dw = avx2_half(p + 208);
+        // d is the block's last 2 bytes: read those alone (4 could pass the buffer's end).
+        dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p[208] | (p[209] << 8)));
         sc16 = _mm256_set_m128i(_mm_set1_epi16(scales[2 * j + 1]), _mm_set1_epi16(scales[2 * j]));
         // Low 4 bits: nibble c / 2 of ql[64 h + 32 (c % 2) + l]; high 2: bits 2c of qh[32 h + l].
         __m256i low =
@@ -150,89 +156,83 @@ struct Avx2Q6_K {
     }
 };
 
-/// out[r] = W row . activation row n0 + r, for r < R.
+/// The activation block's [d, d sum q] pair at ds.
+HEADWISE_TARGET_AVX2_F16C inline __m128 avx2_act_pair(const float* ds) noexcept {
+    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds)));
+}
+
+/// One block's contribution: acc += (dw xd) dot(q, x) (8 lanes) and acc_min += [., mw xs].
+template <class F>
+HEADWISE_TARGET_AVX2_F16C inline void avx2_block_step(__m256i q, __m128 dm, __m256i sc16,
+                                                      const std::int8_t* xq, const float* ds,
+                                                      __m256& acc, __m128& acc_min) noexcept {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+    // vpmaddubsw multiplies unsigned by signed bytes: a signed weight goes in as |q| and the
+    // activation takes q's sign (exact; |q| <= 128 and |x| <= 127 keep pair sums in 16 bits).
+    const __m256i p16 = F::kSigned
+                            ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q))
+                            : _mm256_maddubs_epi16(q, x);
+    const __m256i p32 = _mm256_madd_epi16(p16, F::kScale16 ? sc16 : _mm256_set1_epi16(1));
+    const __m128 scales = _mm_mul_ps(dm, avx2_act_pair(ds));  // [dw xd, mw xs, ., .]
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_broadcastss_ps(scales), acc);
+    if (F::kMin) acc_min = _mm_add_ps(acc_min, scales);
+}
+
+/// out[r] = W row . activation row n0 + r, for r < R: the weight block unpacked once for R rows.
 template <class F, int R>
 HEADWISE_TARGET_AVX2_F16C inline void avx2_block_rows(const std::uint8_t* row,
                                                       const QuantActivations& act, Index n0,
                                                       float* out) noexcept {
     const Index in = act.in, nb = in / 32;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[R];
-    float acc_min[R];
+    __m128 acc_min[R];
     for (int r = 0; r < R; ++r) {
         acc[r] = _mm256_setzero_ps();
-        acc_min[r] = 0.0f;
+        acc_min[r] = _mm_setzero_ps();
     }
     for (Index blk = 0; blk < nb; ++blk) {
-        float dw = 0.0f, mw = 0.0f;
-        __m256i sc16 = ones;
-        const __m256i q = F::load(row, blk, dw, mw, sc16);
-        // vpmaddubsw multiplies unsigned by signed bytes: a signed weight goes in as |q| and the
-        // activation takes q's sign (exact; |q| <= 128 and |x| <= 127 keep the pair sums within
-        // 16 bits).
-        const __m256i wq = F::kSigned ? _mm256_sign_epi8(q, q) : q;
+        __m128 dm;
+        __m256i sc16 = _mm256_setzero_si256();
+        const __m256i q = F::load(row, blk, dm, sc16);
         for (int r = 0; r < R; ++r) {
             const Index n = n0 + r;
-            const __m256i x =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + n * in + blk * 32));
-            const __m256i xs = F::kSigned ? _mm256_sign_epi8(x, q) : x;
-            const __m256i p16 = _mm256_maddubs_epi16(wq, xs);
-            const __m256i p32 = _mm256_madd_epi16(p16, F::kScale16 ? sc16 : ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
-                                     _mm256_set1_ps(dw * act.d[n * nb + blk]), acc[r]);
-            if (F::kMin) acc_min[r] += mw * act.s[n * nb + blk];
+            avx2_block_step<F>(q, dm, sc16, act.q + n * in + blk * 32, act.ds + 2 * (n * nb + blk),
+                               acc[r], acc_min[r]);
         }
     }
-    for (int r = 0; r < R; ++r) out[r] = avx2_hsum(acc[r]) + acc_min[r];
+    for (int r = 0; r < R; ++r)
+        out[r] = avx2_hsum(acc[r]) + (F::kMin ? _mm_cvtss_f32(_mm_movehdup_ps(acc_min[r])) : 0.0f);
 }
 
-/// GEMV: the dot product of one weight row with activation row 0, two blocks at a time into two
-/// accumulators (the FMA's latency would otherwise bound a row).
+/// GEMV: one weight row with activation row 0, two blocks at a time into two accumulators (the
+/// FMA's latency would otherwise bound a row).
 template <class F>
 HEADWISE_TARGET_AVX2_F16C inline float avx2_block_gemv(const std::uint8_t* row,
                                                        const QuantActivations& act) noexcept {
     const Index nb = act.in / 32;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float min0 = 0.0f, min1 = 0.0f;
+    __m128 min0 = _mm_setzero_ps(), min1 = _mm_setzero_ps();
     Index blk = 0;
     for (; blk + 2 <= nb; blk += 2) {
-        float dw0 = 0.0f, mw0 = 0.0f, dw1 = 0.0f, mw1 = 0.0f;
-        __m256i sc0 = ones, sc1 = ones;
-        const __m256i q0 = F::load(row, blk, dw0, mw0, sc0);
-        const __m256i q1 = F::load(row, blk + 1, dw1, mw1, sc1);
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32));
-        const __m256i x1 =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32 + 32));
-        const __m256i p0 = _mm256_madd_epi16(
-            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(x0, q0))
-                       : _mm256_maddubs_epi16(q0, x0),
-            F::kScale16 ? sc0 : ones);
-        const __m256i p1 = _mm256_madd_epi16(
-            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q1, q1), _mm256_sign_epi8(x1, q1))
-                       : _mm256_maddubs_epi16(q1, x1),
-            F::kScale16 ? sc1 : ones);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw0 * act.d[blk]), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw1 * act.d[blk + 1]), acc1);
-        if (F::kMin) {
-            min0 += mw0 * act.s[blk];
-            min1 += mw1 * act.s[blk + 1];
-        }
+        __m128 dm0, dm1;
+        __m256i sc0 = _mm256_setzero_si256(), sc1 = _mm256_setzero_si256();
+        const __m256i q0 = F::load(row, blk, dm0, sc0);
+        const __m256i q1 = F::load(row, blk + 1, dm1, sc1);
+        avx2_block_step<F>(q0, dm0, sc0, act.q + blk * 32, act.ds + 2 * blk, acc0, min0);
+        avx2_block_step<F>(q1, dm1, sc1, act.q + blk * 32 + 32, act.ds + 2 * blk + 2, acc1, min1);
     }
     if (blk < nb) {
-        float dw = 0.0f, mw = 0.0f;
-        __m256i sc = ones;
-        const __m256i q = F::load(row, blk, dw, mw, sc);
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32));
-        const __m256i p = _mm256_madd_epi16(
-            F::kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q))
-                       : _mm256_maddubs_epi16(q, x),
-            F::kScale16 ? sc : ones);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * act.d[blk]), acc0);
-        if (F::kMin) min0 += mw * act.s[blk];
+        __m128 dm;
+        __m256i sc = _mm256_setzero_si256();
+        const __m256i q = F::load(row, blk, dm, sc);
+        avx2_block_step<F>(q, dm, sc, act.q + blk * 32, act.ds + 2 * blk, acc0, min0);
     }
-    return avx2_hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1);
+    const float sum = avx2_hsum(_mm256_add_ps(acc0, acc1));
+    return F::kMin ? sum + _mm_cvtss_f32(_mm_movehdup_ps(_mm_add_ps(min0, min1))) : sum;
 }
+
+/// How many weight rows ahead the GEMV prefetches.
+inline constexpr Index kPrefetchRows = 4;
 
 /// The rows of a block format against N activation rows: four at a time, then the rest.
 template <class F>
@@ -244,6 +244,14 @@ HEADWISE_TARGET_AVX2_F16C inline void avx2_block_format_rows(const QuantRows& W,
         const std::uint8_t* row = W.data + o * W.stride;
         const float b = bias ? bias[o] : 0.0f;
         if (N == 1) {
+            // A decode step streams W from memory once: ask for the row kPrefetchRows ahead,
+            // which keeps more cache-line misses in flight than the hardware prefetcher alone
+            // while the integer work of this row runs.
+            if (o + kPrefetchRows < W.count) {
+                const std::uint8_t* ahead = row + kPrefetchRows * W.stride;
+                for (Index at = 0; at < W.stride; at += 64)
+                    _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T0);
+            }
             y[o] = avx2_block_gemv<F>(row, act) + b;
             continue;
         }

@@ -13,12 +13,11 @@
 namespace headwise::detail {
 
 /// The activations as quant_matmul's kernels read them. Rounded (block formats): row r's values
-/// q[r in, (r + 1) in), scales d[r nb, (r + 1) nb) and d-times-sums s[...], nb = in / 32.
-/// Float formats read x (row stride x_stride) instead.
+/// q[r in, (r + 1) in), and block b's scale and d-times-sum ds[2 (r nb + b)], ds[2 (r nb + b) + 1],
+/// nb = in / 32. Float formats read x (row stride x_stride) instead.
 struct QuantActivations {
     const std::int8_t* q = nullptr;
-    const float* d = nullptr;
-    const float* s = nullptr;
+    const float* ds = nullptr;
     const float* x = nullptr;
     Index x_stride = 0;
     Index in = 0;
@@ -173,8 +172,7 @@ inline void quant_rows_portable(const QuantRows& W, const QuantActivations& act,
                 for (Index i = 0; i < in; ++i) acc += float_type_value(W.type, row, i) * x[i];
             } else {
                 const std::int8_t* xq = act.q + n * in;
-                const float* xd = act.d + n * nb;
-                const float* xs = act.s + n * nb;
+                const float* ds = act.ds + 2 * n * nb;
                 for (Index blk = 0; blk < nb; ++blk) {
                     unpack_block32(W.type, row, blk, wb);
                     const std::int8_t* xb = xq + blk * 32;
@@ -182,8 +180,8 @@ inline void quant_rows_portable(const QuantRows& W, const QuantActivations& act,
                     for (int l = 0; l < 16; ++l) dot0 += wb.q[l] * xb[l];
                     for (int l = 16; l < 32; ++l) dot1 += wb.q[l] * xb[l];
                     const int dot = wb.sc[0] * dot0 + wb.sc[1] * dot1;
-                    acc += (wb.dw * xd[blk]) * static_cast<float>(dot);
-                    acc_min += wb.mw * xs[blk];
+                    acc += (wb.dw * ds[2 * blk]) * static_cast<float>(dot);
+                    acc_min += wb.mw * ds[2 * blk + 1];
                 }
             }
             y[n * y_stride + o] = acc + acc_min + (bias ? bias[o] : 0.0f);
