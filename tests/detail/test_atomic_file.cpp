@@ -10,14 +10,10 @@
 #define HEADWISE_TEST_SAFETENSORS 1
 #endif
 
-#include <sys/socket.h>     // socket, bind, AF_UNIX
 #include <sys/stat.h>       // mknod, mkfifo, lstat, S_IFCHR, S_IFBLK
 #include <sys/sysmacros.h>  // makedev
-#include <sys/un.h>         // sockaddr_un
-#include <unistd.h>         // close
 
 #include <algorithm>   // std::sort
-#include <cstring>     // std::strncpy
 #include <filesystem>  // std::filesystem::directory_iterator, create_symlink
 #include <functional>  // std::function
 #include <map>         // std::map
@@ -27,9 +23,11 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/special_files.hpp"
 
 using headwise::Shape;
 using headwise::Tensor;
+using headwise::test::make_socket;
 using headwise::test::ScratchDir;
 
 namespace {
@@ -52,18 +50,6 @@ Node node(const std::string& path) {
     struct stat st {};
     REQUIRE(::lstat(path.c_str(), &st) == 0);
     return Node{st.st_mode, st.st_rdev};
-}
-
-bool make_socket(const std::string& path) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0) return false;
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (path.size() >= sizeof address.sun_path) return false;
-    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-    const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
-    ::close(fd);
-    return bound;
 }
 
 }  // namespace

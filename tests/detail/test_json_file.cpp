@@ -4,14 +4,10 @@
 #include <headwise/detail/config_file.hpp>
 #include <headwise/detail/json_file.hpp>
 
-#include <sys/socket.h>  // socket, bind, AF_UNIX
 #include <sys/stat.h>    // mkfifo
-#include <sys/un.h>      // sockaddr_un
-#include <unistd.h>      // close
 
 #include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // std::uint64_t
-#include <cstring>     // std::strncpy
 #include <filesystem>  // std::filesystem::create_directory, create_symlink, resize_file
 #include <fstream>     // std::ofstream
 #include <stdexcept>   // std::runtime_error
@@ -19,11 +15,13 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/special_files.hpp"
 
 using headwise::detail::describe_json;
 using headwise::detail::quote_bounded;
 using headwise::detail::read_json_file;
 using headwise::detail::read_text_file;
+using headwise::test::make_socket;
 using headwise::test::ScratchDir;
 using nlohmann::json;
 
@@ -38,19 +36,6 @@ void write_text(const std::string& path, const std::string& text) {
 
 /// "[[[...]]]" nested `depth` levels.
 std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
-
-/// A unix socket bound at `path` (closed again: the directory entry stays).
-bool make_socket(const std::string& path) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0) return false;
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (path.size() >= sizeof address.sun_path) return false;
-    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-    const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
-    ::close(fd);
-    return bound;
-}
 
 }  // namespace
 
