@@ -4,6 +4,7 @@
 // bounds, and writes and reads back with the same metadata and tensor bytes.
 #include <headwise/io/gguf.hpp>
 
+#include <unistd.h>    // ::getpid
 #include <cstddef>     // std::size_t
 #include <cstdint>     // std::uint8_t
 #include <cstdio>      // std::snprintf
@@ -12,7 +13,6 @@
 #include <filesystem>  // std::filesystem::temp_directory_path, remove
 #include <stdexcept>   // std::runtime_error
 #include <string>      // std::string
-#include <unistd.h>    // ::getpid
 #include <vector>      // std::vector
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -211,7 +211,8 @@ TEST_CASE("save_gguf writes the gguf package's file byte for byte", "[io][gguf]"
 TEST_CASE("save_gguf round trip of quantized tensors, default alignment", "[io][gguf]") {
     Generator rng(7);
     const Tensor<float> w = Tensor<float>::randn(Shape{3, 64}, rng);
-    std::vector<std::uint8_t> q8(static_cast<std::size_t>(3 * quant::row_bytes(quant::Type::q8_0, 64)));
+    std::vector<std::uint8_t> q8(
+        static_cast<std::size_t>(3 * quant::row_bytes(quant::Type::q8_0, 64)));
     quant::quantize_row(quant::Type::q8_0, w.data(), q8.data(), 3 * 64);
     const Tensor<float> bias = Tensor<float>::randn(Shape{5}, rng);
     const ScratchDir dir("gguf");
@@ -251,9 +252,10 @@ TEST_CASE("save_gguf refuses bad input before touching the file", "[io][gguf]") 
         CHECK(!std::filesystem::exists(path));
         CHECK(test::listing(dir.path()).empty());
     };
-    refuses({}, {{"a", quant::Type::f32, Shape{4}, v.data()}, {"a", quant::Type::f32, Shape{4},
-                                                                v.data()}},
-            32, "tensor 'a' is given twice");
+    refuses(
+        {},
+        {{"a", quant::Type::f32, Shape{4}, v.data()}, {"a", quant::Type::f32, Shape{4}, v.data()}},
+        32, "tensor 'a' is given twice");
     refuses({}, {{std::string(64, 'n'), quant::Type::f32, Shape{4}, v.data()}}, 32,
             "tensor '" + std::string(64, 'n') + "' has a name of 64 bytes, longer than ggml's 63");
     refuses({}, {{"", quant::Type::f32, Shape{4}, v.data()}}, 32, "a tensor name is empty");
@@ -313,9 +315,9 @@ TEST_CASE("load_gguf opens regular files only", "[io][gguf]") {
     const std::string fifo = dir.file("fifo.gguf");
     REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
     // Refused without waiting for a writer.
-    CHECK_THROWS_MATCHES(io::load_gguf(fifo), std::runtime_error,
-                         Message("headwise::io::load_gguf: " + fifo +
-                                 ": is a FIFO, not a regular file"));
+    CHECK_THROWS_MATCHES(
+        io::load_gguf(fifo), std::runtime_error,
+        Message("headwise::io::load_gguf: " + fifo + ": is a FIFO, not a regular file"));
     CHECK_THROWS_MATCHES(io::load_gguf(dir.path().string()), std::runtime_error,
                          Message("headwise::io::load_gguf: " + dir.path().string() +
                                  ": is a directory, not a regular file"));
@@ -343,34 +345,40 @@ TEST_CASE("malformed GGUF headers and metadata are refused by name", "[io][gguf]
     CHECK(error_of(Image::header(0, 0, 1).bytes) ==
           kFn + "GGUF version 1 is not read (headwise reads versions 2 and 3)");
     CHECK(error_of(Image::header(0, 0, 0x03000000).bytes) ==
-          kFn + "is a big-endian GGUF file (version field 50331648); headwise reads "
-                "little-endian GGUF files");
+          kFn +
+              "is a big-endian GGUF file (version field 50331648); headwise reads "
+              "little-endian GGUF files");
     // Counts no file of this size can hold.
     CHECK(error_of(Image::header(std::uint64_t{1} << 60, 0).bytes) ==
-          kFn + "the header declares 1152921504606846976 tensors and 0 key-value pairs, more "
-                "than the 0 bytes after it can hold (25 bytes a tensor info and 14 a pair at "
-                "least)");
+          kFn +
+              "the header declares 1152921504606846976 tensors and 0 key-value pairs, more "
+              "than the 0 bytes after it can hold (25 bytes a tensor info and 14 a pair at "
+              "least)");
     Image pairs = Image::header(0, ~std::uint64_t{0});
     pairs.bytes.resize(100);
     CHECK(error_of(pairs.bytes) ==
-          kFn + "the header declares 0 tensors and 18446744073709551615 key-value pairs, more "
-                "than the 76 bytes after it can hold (25 bytes a tensor info and 14 a pair at "
-                "least)");
+          kFn +
+              "the header declares 0 tensors and 18446744073709551615 key-value pairs, more "
+              "than the 76 bytes after it can hold (25 bytes a tensor info and 14 a pair at "
+              "least)");
     // A string length past the end (and one that would overflow an offset).
     Image key = Image::header(0, 1);
     key.u64(~std::uint64_t{0}).u32(0).u8(0).u8(0);
     CHECK(error_of(key.bytes) ==
-          kFn + "key-value pair 0 has a string (its key) of 18446744073709551615 bytes at "
-                "offset 32, past the end of the file (38 bytes)");
+          kFn +
+              "key-value pair 0 has a string (its key) of 18446744073709551615 bytes at "
+              "offset 32, past the end of the file (38 bytes)");
     Image value = Image::header(0, 1);
     value.str("a").u32(8).u64(1000).u8('x');
     CHECK(error_of(value.bytes) ==
-          kFn + "key 'a' has a string (the value) of 1000 bytes at offset 45, past the end of "
-                "the file (46 bytes)");
+          kFn +
+              "key 'a' has a string (the value) of 1000 bytes at offset 45, past the end of "
+              "the file (46 bytes)");
     Image cut = Image::header(0, 1);
     cut.str("a").u32(4).u8(1).u8(2);
-    CHECK(error_of(cut.bytes) == kFn + "key 'a' is cut off: its UINT32 at offset 37 needs 4 "
-                                       "bytes, but the file ends 2 bytes later");
+    CHECK(error_of(cut.bytes) == kFn +
+                                     "key 'a' is cut off: its UINT32 at offset 37 needs 4 "
+                                     "bytes, but the file ends 2 bytes later");
     // Types, bools, arrays.
     Image type = Image::header(0, 1);
     type.str("a").u32(13).u64(0);
@@ -383,8 +391,9 @@ TEST_CASE("malformed GGUF headers and metadata are refused by name", "[io][gguf]
     Image array = Image::header(0, 1);
     array.str("a").u32(9).u32(4).u64(std::uint64_t{1} << 62).u32(0);
     CHECK(error_of(array.bytes) ==
-          kFn + "key 'a' has an array of 4611686018427387904 UINT32 values at offset 49, more "
-                "than the 4 bytes left in the file hold");
+          kFn +
+              "key 'a' has an array of 4611686018427387904 UINT32 values at offset 49, more "
+              "than the 4 bytes left in the file hold");
     Image element = Image::header(0, 1);
     element.str("a").u32(9).u32(99).u64(0);
     CHECK(error_of(element.bytes) ==
@@ -421,13 +430,15 @@ TEST_CASE("malformed GGUF tensor infos are refused by name", "[io][gguf]") {
     Image iq = Image::header(1, 0);
     iq.tensor("blk.0.ffn_up.weight", {256, 2}, 17, 0).data(2 * 74);
     CHECK(error_of(iq.bytes) ==
-          kFn + "tensor 'blk.0.ffn_up.weight' has type IQ2_XS (17), which headwise does not "
-                "read; it reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K");
+          kFn +
+              "tensor 'blk.0.ffn_up.weight' has type IQ2_XS (17), which headwise does not "
+              "read; it reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K");
     Image unknown = Image::header(1, 0);
     unknown.tensor("t", {32}, 99, 0).data(64);
     CHECK(error_of(unknown.bytes) ==
-          kFn + "tensor 't' has type unknown (99), which headwise does not read; it reads F32, "
-                "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K");
+          kFn +
+              "tensor 't' has type unknown (99), which headwise does not read; it reads F32, "
+              "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K");
     Image twice = Image::header(2, 0);
     twice.tensor("t", {4}, 0, 0).tensor("t", {4}, 0, 32).data(64);
     CHECK(error_of(twice.bytes) == kFn + "tensor 't' is declared twice");
@@ -437,13 +448,15 @@ TEST_CASE("malformed GGUF tensor infos are refused by name", "[io][gguf]") {
     Image huge = Image::header(1, 0);
     huge.tensor("t", {std::uint64_t{1} << 32, std::uint64_t{1} << 32}, 0, 0).data(32);
     CHECK(error_of(huge.bytes) ==
-          kFn + "tensor 't' has dimensions [4294967296, 4294967296] (ggml order) of more "
-                "elements than 9223372036854775807");
+          kFn +
+              "tensor 't' has dimensions [4294967296, 4294967296] (ggml order) of more "
+              "elements than 9223372036854775807");
     Image row = Image::header(1, 0);
     row.tensor("t", {48, 2}, 2, 0).data(64);
     CHECK(error_of(row.bytes) ==
-          kFn + "tensor 't' of type Q4_0 has rows of 48 values (dimension 0 of [48, 2]), not a "
-                "multiple of its block size 32");
+          kFn +
+              "tensor 't' of type Q4_0 has rows of 48 values (dimension 0 of [48, 2]), not a "
+              "multiple of its block size 32");
     // Data offsets: misaligned, outside the file, overlapping.
     Image misaligned = Image::header(1, 0);
     misaligned.tensor("t", {4}, 0, 16).data(64);
@@ -452,13 +465,15 @@ TEST_CASE("malformed GGUF tensor infos are refused by name", "[io][gguf]") {
     Image outside = Image::header(1, 0);
     outside.tensor("t", {64}, 0, 0).data(100);
     CHECK(error_of(outside.bytes) ==
-          kFn + "tensor 't' has its 256 bytes of data at [0, 256) of the data section, which "
-                "holds 100 bytes (from offset 64 of the file)");
+          kFn +
+              "tensor 't' has its 256 bytes of data at [0, 256) of the data section, which "
+              "holds 100 bytes (from offset 64 of the file)");
     Image wrap = Image::header(1, 0);
     wrap.tensor("t", {16}, 0, ~std::uint64_t{0} - 31).data(100);  // the end overflows
     CHECK(error_of(wrap.bytes) ==
-          kFn + "tensor 't' has its 64 bytes of data at [18446744073709551584, 2^64+) of the "
-                "data section, which holds 100 bytes (from offset 64 of the file)");
+          kFn +
+              "tensor 't' has its 64 bytes of data at [18446744073709551584, 2^64+) of the "
+              "data section, which holds 100 bytes (from offset 64 of the file)");
     Image overlap = Image::header(2, 0);
     overlap.tensor("a", {16}, 0, 0).tensor("b", {4}, 0, 32).data(96);
     CHECK(error_of(overlap.bytes) ==
@@ -466,12 +481,14 @@ TEST_CASE("malformed GGUF tensor infos are refused by name", "[io][gguf]") {
     Image start = Image::header(1, 0);
     start.tensor("t", {0}, 0, 0);
     CHECK(error_of(start.bytes) ==
-          kFn + "the data section would start at offset 64 (the tensor infos end at 57, "
-                "aligned to 32), past the end of the file (57 bytes)");
+          kFn +
+              "the data section would start at offset 64 (the tensor infos end at 57, "
+              "aligned to 32), past the end of the file (57 bytes)");
     Image cut = Image::header(1, 0);
     cut.str("tensor_name_long").u32(2).u64(4);
-    CHECK(error_of(cut.bytes) == kFn + "tensor 'tensor_name_long' is cut off: a dimension at "
-                                       "offset 60 needs 8 bytes, but the file ends 0 bytes later");
+    CHECK(error_of(cut.bytes) == kFn +
+                                     "tensor 'tensor_name_long' is cut off: a dimension at "
+                                     "offset 60 needs 8 bytes, but the file ends 0 bytes later");
     Image long_name = Image::header(1, 0);
     long_name.tensor(std::string(64, 't'), {4}, 0, 0).data(32);
     CHECK(error_of(long_name.bytes) == kFn + "tensor '" + std::string(64, 't') +

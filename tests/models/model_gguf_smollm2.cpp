@@ -7,15 +7,15 @@
 // Without the file it prints why and exits 77, which ctest reports as skipped.
 #include <headwise/io/gguf.hpp>
 
-#include <cstdint>   // std::uint32_t, std::uint64_t
-#include <cstdio>    // std::printf, std::fprintf
-#include <cstdlib>   // std::getenv
-#include <cstring>   // std::memcpy
-#include <exception>  // std::exception
+#include <cstdint>     // std::uint32_t, std::uint64_t
+#include <cstdio>      // std::printf, std::fprintf
+#include <cstdlib>     // std::getenv
+#include <cstring>     // std::memcpy
+#include <exception>   // std::exception
 #include <filesystem>  // std::filesystem::is_regular_file
-#include <fstream>   // std::ifstream
-#include <sstream>   // std::istringstream
-#include <string>    // std::string, std::getline
+#include <fstream>     // std::ifstream
+#include <sstream>     // std::istringstream
+#include <string>      // std::string, std::getline
 
 namespace {
 
@@ -67,8 +67,8 @@ int main() {
                               type == headwise::quant::block_format(info.type).name;
             if (!same) {
                 ++failures;
-                std::fprintf(stderr, "%s (%s): differs from gguf.quants.dequantize\n",
-                             name.c_str(), type.c_str());
+                std::fprintf(stderr, "%s (%s): differs from gguf.quants.dequantize\n", name.c_str(),
+                             type.c_str());
             }
             ++tensors;
             values += n;

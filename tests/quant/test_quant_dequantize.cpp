@@ -55,8 +55,8 @@ TEST_CASE("every format dequantizes bit for bit as gguf.quants.dequantize", "[qu
          {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"}) {
         CAPTURE(name);
         const io::GgufTensorInfo& info = file.tensor(name);
-        const Tensor<float> expected = load_npy<float>(golden("dequant_" + std::string(name) +
-                                                              ".npy"));
+        const Tensor<float> expected =
+            load_npy<float>(golden("dequant_" + std::string(name) + ".npy"));
         REQUIRE(expected.shape() == info.shape());
         // The whole tensor as one row of blocks, through the dispatching entry point ...
         std::vector<float> got(static_cast<std::size_t>(info.numel));
@@ -65,8 +65,7 @@ TEST_CASE("every format dequantizes bit for bit as gguf.quants.dequantize", "[qu
         // ... and row by row through GgufFile::to_float.
         const Tensor<float> rows = file.to_float(name);
         compared += compare_bits(rows.data(), expected, name);
-        for (Index i = 0; i < expected.numel(); ++i)
-            special += !std::isfinite(expected.data()[i]);
+        for (Index i = 0; i < expected.numel(); ++i) special += !std::isfinite(expected.data()[i]);
     }
     CHECK(compared == 2 * (3 * 128 + 5 * 1024 + 2 * 6144));
     CHECK(special > 100);  // the fixtures do reach the edges
@@ -102,12 +101,12 @@ TEST_CASE("dequantize_row refuses a type it does not read and a partial block", 
     CHECK_THROWS_MATCHES(quant::dequantize_row(quant::Type::q4_0, src.data(), dst.data(), 33),
                          std::invalid_argument,
                          Message("headwise::quant::dequantize_row: a row of "
-                                                  "Q4_0 holds a multiple of 32 values, not 33"));
+                                 "Q4_0 holds a multiple of 32 values, not 33"));
     CHECK_THROWS_MATCHES(
         quant::dequantize_row(static_cast<quant::Type>(17), src.data(), dst.data(), 256),
         std::invalid_argument,
         Message("headwise::quant::dequantize_row: type IQ2_XS (17) is not one "
-                                 "headwise reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                 "Q4_K, Q6_K)"));
+                "headwise reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                "Q4_K, Q6_K)"));
     for (float v : dst) CHECK(v == 7.0f);  // nothing written
 }

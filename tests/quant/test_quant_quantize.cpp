@@ -45,8 +45,8 @@ TEST_CASE("quantize_row gives the bytes of gguf.quants.quantize", "[quant]") {
     }));
     CAPTURE(name);
     // The bytes, one float each: [16, row bytes].
-    const Tensor<float> expected = load_npy<float>(golden("quantize_" + std::string(name) +
-                                                          ".npy"));
+    const Tensor<float> expected =
+        load_npy<float>(golden("quantize_" + std::string(name) + ".npy"));
     const Index row = x.shape()[1];
     const auto row_bytes = static_cast<Index>(quant::row_bytes(type, row));
     REQUIRE(expected.shape() == Shape({16, row_bytes}));
@@ -69,7 +69,7 @@ TEST_CASE("a zero block, an infinity and a NaN quantize as documented", "[quant]
     std::uint8_t b[34];
     quant::quantize_block_q4_0(x, b);
     CHECK(b[0] == 0x00);
-    CHECK(b[1] == 0x80);  // d = +0 / -8 = -0
+    CHECK(b[1] == 0x80);                               // d = +0 / -8 = -0
     for (int i = 2; i < 18; ++i) CHECK(b[i] == 0x88);  // q = 8: the offset
     x[3] = NAN;
     quant::quantize_block_q8_0(x, b);
@@ -79,7 +79,7 @@ TEST_CASE("a zero block, an infinity and a NaN quantize as documented", "[quant]
     x[4] = 2.0f;
     quant::quantize_block_q8_0(x, b);
     CHECK(quant::detail::load_u16(b) == 0x7C00);  // d = inf, 1/d = 0
-    CHECK(b[2 + 3] == 0);                          // inf * 0 is NaN: byte 0
+    CHECK(b[2 + 3] == 0);                         // inf * 0 is NaN: byte 0
     CHECK(b[2 + 4] == 0);
 }
 
@@ -106,7 +106,8 @@ TEST_CASE("quantize_row refuses the K-quants, other types and partial blocks", "
 
 TEST_CASE("quantize then dequantize stays within half a step", "[quant]") {
     std::vector<float> x(64);
-    for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    for (int i = 0; i < 64; ++i)
+        x[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
     for (const auto type : {quant::Type::q8_0, quant::Type::q4_0, quant::Type::q4_1,
                             quant::Type::q5_0, quant::Type::q5_1}) {
         CAPTURE(quant::block_format(type).name);

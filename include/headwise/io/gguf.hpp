@@ -3,15 +3,15 @@
 // infos, and tensors of the types in quant/types.hpp, memory-mapped where the system allows.
 #pragma once
 
-#include <cstdint>    // std::uint8_t, std::uint32_t, std::uint64_t
+#include <cstdint>     // std::uint8_t, std::uint32_t, std::uint64_t
 #include <functional>  // std::function
-#include <map>        // std::map
-#include <memory>     // std::shared_ptr
-#include <set>        // std::set
-#include <stdexcept>  // std::runtime_error, std::invalid_argument
-#include <string>     // std::string, std::to_string
-#include <utility>    // std::pair, std::move
-#include <vector>     // std::vector
+#include <map>         // std::map
+#include <memory>      // std::shared_ptr
+#include <set>         // std::set
+#include <stdexcept>   // std::runtime_error, std::invalid_argument
+#include <string>      // std::string, std::to_string
+#include <utility>     // std::pair, std::move
+#include <vector>      // std::vector
 
 #include "../config.hpp"
 #include "../detail/atomic_file.hpp"
@@ -65,8 +65,7 @@ public:
 
 private:
     friend GgufFile load_gguf(const std::string& path);
-    friend GgufFile parse_gguf(const std::uint8_t* data, std::size_t size,
-                               const std::string& name);
+    friend GgufFile parse_gguf(const std::uint8_t* data, std::size_t size, const std::string& name);
     GgufFile(const char* function, std::string name,
              std::shared_ptr<detail::gguf::Storage> storage);
 
@@ -179,8 +178,8 @@ inline GgufFile parse_gguf(const std::uint8_t* data, std::size_t size, const std
 
 namespace detail::gguf {
 
-inline void check_value(const std::function<void(const std::string&)>& reject,
-                        const GgufValue& v, int depth) {
+inline void check_value(const std::function<void(const std::string&)>& reject, const GgufValue& v,
+                        int depth) {
     if (static_cast<std::uint32_t>(v.type()) > 12)
         reject("has value type " + std::to_string(static_cast<std::uint32_t>(v.type())) +
                ", which GGUF does not define (0 to 12)");
@@ -214,12 +213,14 @@ void put_value(Out& out, const GgufValue& v) {
     if (!v.is_array()) {
         unsigned char b[8];
         const std::size_t size = gguf_scalar_size(v.type());
-        for (std::size_t i = 0; i < size; ++i) b[i] = static_cast<unsigned char>(v.bits() >> (8 * i));
+        for (std::size_t i = 0; i < size; ++i)
+            b[i] = static_cast<unsigned char>(v.bits() >> (8 * i));
         return out.write(b, size);
     }
     put_u32(out, static_cast<std::uint32_t>(v.element_type()));
     put_u64(out, v.size());
-    if (gguf_scalar_size(v.element_type()) != 0) return out.write(v.bytes().data(), v.bytes().size());
+    if (gguf_scalar_size(v.element_type()) != 0)
+        return out.write(v.bytes().data(), v.bytes().size());
     for (const GgufValue& item : v.items()) put_value(out, item);
 }
 
@@ -272,9 +273,9 @@ void save(const std::string& path, const std::vector<std::pair<std::string, Gguf
         const quant::BlockFormat f = quant::block_format(t.type);
         const Index row = t.shape[t.shape.rank() - 1];
         if (row % f.block_size != 0)
-            reject(what + "of type " + f.name + " has shape " + t.shape.str() +
-                   ": its rows of " + std::to_string(row) +
-                   " values are no multiple of the block size " + std::to_string(f.block_size));
+            reject(what + "of type " + f.name + " has shape " + t.shape.str() + ": its rows of " +
+                   std::to_string(row) + " values are no multiple of the block size " +
+                   std::to_string(f.block_size));
         Planned p;
         for (int d = t.shape.rank() - 1; d >= 0; --d)
             p.dims.push_back(static_cast<std::uint64_t>(t.shape[d]));

@@ -3,13 +3,13 @@
 // any of these, arrays of arrays included), as read and as written.
 #pragma once
 
-#include <cstdint>    // std::uint8_t ... std::uint64_t, std::int8_t ... std::int64_t
-#include <cstring>    // std::memcpy
-#include <stdexcept>  // std::invalid_argument, std::out_of_range
-#include <string>     // std::string, std::to_string
+#include <cstdint>      // std::uint8_t ... std::uint64_t, std::int8_t ... std::int64_t
+#include <cstring>      // std::memcpy
+#include <stdexcept>    // std::invalid_argument, std::out_of_range
+#include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v
-#include <utility>    // std::move
-#include <vector>     // std::vector
+#include <utility>      // std::move
+#include <vector>       // std::vector
 
 namespace headwise::io {
 
@@ -137,19 +137,32 @@ private:
 
 inline const char* gguf_value_type_name(GgufValueType type) noexcept {
     switch (type) {
-        case GgufValueType::uint8: return "UINT8";
-        case GgufValueType::int8: return "INT8";
-        case GgufValueType::uint16: return "UINT16";
-        case GgufValueType::int16: return "INT16";
-        case GgufValueType::uint32: return "UINT32";
-        case GgufValueType::int32: return "INT32";
-        case GgufValueType::float32: return "FLOAT32";
-        case GgufValueType::boolean: return "BOOL";
-        case GgufValueType::string: return "STRING";
-        case GgufValueType::array: return "ARRAY";
-        case GgufValueType::uint64: return "UINT64";
-        case GgufValueType::int64: return "INT64";
-        case GgufValueType::float64: return "FLOAT64";
+        case GgufValueType::uint8:
+            return "UINT8";
+        case GgufValueType::int8:
+            return "INT8";
+        case GgufValueType::uint16:
+            return "UINT16";
+        case GgufValueType::int16:
+            return "INT16";
+        case GgufValueType::uint32:
+            return "UINT32";
+        case GgufValueType::int32:
+            return "INT32";
+        case GgufValueType::float32:
+            return "FLOAT32";
+        case GgufValueType::boolean:
+            return "BOOL";
+        case GgufValueType::string:
+            return "STRING";
+        case GgufValueType::array:
+            return "ARRAY";
+        case GgufValueType::uint64:
+            return "UINT64";
+        case GgufValueType::int64:
+            return "INT64";
+        case GgufValueType::float64:
+            return "FLOAT64";
     }
     return "unknown";
 }
@@ -158,17 +171,22 @@ inline std::size_t gguf_scalar_size(GgufValueType type) noexcept {
     switch (type) {
         case GgufValueType::uint8:
         case GgufValueType::int8:
-        case GgufValueType::boolean: return 1;
+        case GgufValueType::boolean:
+            return 1;
         case GgufValueType::uint16:
-        case GgufValueType::int16: return 2;
+        case GgufValueType::int16:
+            return 2;
         case GgufValueType::uint32:
         case GgufValueType::int32:
-        case GgufValueType::float32: return 4;
+        case GgufValueType::float32:
+            return 4;
         case GgufValueType::uint64:
         case GgufValueType::int64:
-        case GgufValueType::float64: return 8;
+        case GgufValueType::float64:
+            return 8;
         case GgufValueType::string:
-        case GgufValueType::array: break;
+        case GgufValueType::array:
+            break;
     }
     return 0;
 }
@@ -196,10 +214,10 @@ inline GgufValue GgufValue::array(GgufValueType element_type, std::vector<GgufVa
                                     " is not a GGUF value type (0 to 12)");
     for (std::size_t i = 0; i < elements.size(); ++i)
         if (elements[i].type_ != element_type)
-            throw std::invalid_argument(
-                std::string("headwise::io::GgufValue::array: element ") + std::to_string(i) +
-                " is " + gguf_value_type_name(elements[i].type_) + ", not " +
-                gguf_value_type_name(element_type));
+            throw std::invalid_argument(std::string("headwise::io::GgufValue::array: element ") +
+                                        std::to_string(i) + " is " +
+                                        gguf_value_type_name(elements[i].type_) + ", not " +
+                                        gguf_value_type_name(element_type));
     const std::size_t size = gguf_scalar_size(element_type);
     if (size == 0) {
         GgufValue out;
@@ -222,34 +240,60 @@ GgufValue GgufValue::array_of(const std::vector<T>& values) {
     elements.reserve(values.size());
     GgufValueType type;
     for (const T& v : values) {
-        if constexpr (std::is_same_v<T, std::uint8_t>) elements.push_back(uint8(v));
-        else if constexpr (std::is_same_v<T, std::int8_t>) elements.push_back(int8(v));
-        else if constexpr (std::is_same_v<T, std::uint16_t>) elements.push_back(uint16(v));
-        else if constexpr (std::is_same_v<T, std::int16_t>) elements.push_back(int16(v));
-        else if constexpr (std::is_same_v<T, std::uint32_t>) elements.push_back(uint32(v));
-        else if constexpr (std::is_same_v<T, std::int32_t>) elements.push_back(int32(v));
-        else if constexpr (std::is_same_v<T, std::uint64_t>) elements.push_back(uint64(v));
-        else if constexpr (std::is_same_v<T, std::int64_t>) elements.push_back(int64(v));
-        else if constexpr (std::is_same_v<T, float>) elements.push_back(float32(v));
-        else if constexpr (std::is_same_v<T, double>) elements.push_back(float64(v));
-        else if constexpr (std::is_same_v<T, bool>) elements.push_back(boolean(v));
-        else if constexpr (std::is_same_v<T, std::string>) elements.push_back(string(v));
-        else static_assert(sizeof(T) == 0, "headwise::io::GgufValue::array_of: T must be a "
-                                           "GGUF scalar type (std::uint8_t ... std::int64_t, "
-                                           "float, double, bool) or std::string");
+        if constexpr (std::is_same_v<T, std::uint8_t>)
+            elements.push_back(uint8(v));
+        else if constexpr (std::is_same_v<T, std::int8_t>)
+            elements.push_back(int8(v));
+        else if constexpr (std::is_same_v<T, std::uint16_t>)
+            elements.push_back(uint16(v));
+        else if constexpr (std::is_same_v<T, std::int16_t>)
+            elements.push_back(int16(v));
+        else if constexpr (std::is_same_v<T, std::uint32_t>)
+            elements.push_back(uint32(v));
+        else if constexpr (std::is_same_v<T, std::int32_t>)
+            elements.push_back(int32(v));
+        else if constexpr (std::is_same_v<T, std::uint64_t>)
+            elements.push_back(uint64(v));
+        else if constexpr (std::is_same_v<T, std::int64_t>)
+            elements.push_back(int64(v));
+        else if constexpr (std::is_same_v<T, float>)
+            elements.push_back(float32(v));
+        else if constexpr (std::is_same_v<T, double>)
+            elements.push_back(float64(v));
+        else if constexpr (std::is_same_v<T, bool>)
+            elements.push_back(boolean(v));
+        else if constexpr (std::is_same_v<T, std::string>)
+            elements.push_back(string(v));
+        else
+            static_assert(sizeof(T) == 0,
+                          "headwise::io::GgufValue::array_of: T must be a "
+                          "GGUF scalar type (std::uint8_t ... std::int64_t, "
+                          "float, double, bool) or std::string");
     }
-    if constexpr (std::is_same_v<T, std::uint8_t>) type = GgufValueType::uint8;
-    else if constexpr (std::is_same_v<T, std::int8_t>) type = GgufValueType::int8;
-    else if constexpr (std::is_same_v<T, std::uint16_t>) type = GgufValueType::uint16;
-    else if constexpr (std::is_same_v<T, std::int16_t>) type = GgufValueType::int16;
-    else if constexpr (std::is_same_v<T, std::uint32_t>) type = GgufValueType::uint32;
-    else if constexpr (std::is_same_v<T, std::int32_t>) type = GgufValueType::int32;
-    else if constexpr (std::is_same_v<T, std::uint64_t>) type = GgufValueType::uint64;
-    else if constexpr (std::is_same_v<T, std::int64_t>) type = GgufValueType::int64;
-    else if constexpr (std::is_same_v<T, float>) type = GgufValueType::float32;
-    else if constexpr (std::is_same_v<T, double>) type = GgufValueType::float64;
-    else if constexpr (std::is_same_v<T, bool>) type = GgufValueType::boolean;
-    else type = GgufValueType::string;
+    if constexpr (std::is_same_v<T, std::uint8_t>)
+        type = GgufValueType::uint8;
+    else if constexpr (std::is_same_v<T, std::int8_t>)
+        type = GgufValueType::int8;
+    else if constexpr (std::is_same_v<T, std::uint16_t>)
+        type = GgufValueType::uint16;
+    else if constexpr (std::is_same_v<T, std::int16_t>)
+        type = GgufValueType::int16;
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+        type = GgufValueType::uint32;
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+        type = GgufValueType::int32;
+    else if constexpr (std::is_same_v<T, std::uint64_t>)
+        type = GgufValueType::uint64;
+    else if constexpr (std::is_same_v<T, std::int64_t>)
+        type = GgufValueType::int64;
+    else if constexpr (std::is_same_v<T, float>)
+        type = GgufValueType::float32;
+    else if constexpr (std::is_same_v<T, double>)
+        type = GgufValueType::float64;
+    else if constexpr (std::is_same_v<T, bool>)
+        type = GgufValueType::boolean;
+    else
+        type = GgufValueType::string;
     return array(type, std::move(elements));
 }
 
@@ -294,7 +338,8 @@ inline std::uint64_t GgufValue::as_uint() const {
         case GgufValueType::uint8:
         case GgufValueType::uint16:
         case GgufValueType::uint32:
-        case GgufValueType::uint64: return bits_;
+        case GgufValueType::uint64:
+            return bits_;
         case GgufValueType::int8:
         case GgufValueType::int16:
         case GgufValueType::int32:
@@ -302,11 +347,12 @@ inline std::uint64_t GgufValue::as_uint() const {
             const std::int64_t v = signed_value();
             if (v < 0)
                 throw std::invalid_argument("headwise::io::GgufValue::as_uint: the " +
-                                            std::string(gguf_value_type_name(type_)) +
-                                            " value " + std::to_string(v) + " is negative");
+                                            std::string(gguf_value_type_name(type_)) + " value " +
+                                            std::to_string(v) + " is negative");
             return static_cast<std::uint64_t>(v);
         }
-        default: break;
+        default:
+            break;
     }
     wrong_type("as_uint", "an integer");
 }
@@ -315,7 +361,8 @@ inline std::int64_t GgufValue::as_int() const {
     switch (type_) {
         case GgufValueType::uint8:
         case GgufValueType::uint16:
-        case GgufValueType::uint32: return static_cast<std::int64_t>(bits_);
+        case GgufValueType::uint32:
+            return static_cast<std::int64_t>(bits_);
         case GgufValueType::uint64:
             if (bits_ > static_cast<std::uint64_t>(INT64_MAX))
                 throw std::invalid_argument("headwise::io::GgufValue::as_int: the UINT64 value " +
@@ -324,8 +371,10 @@ inline std::int64_t GgufValue::as_int() const {
         case GgufValueType::int8:
         case GgufValueType::int16:
         case GgufValueType::int32:
-        case GgufValueType::int64: return signed_value();
-        default: break;
+        case GgufValueType::int64:
+            return signed_value();
+        default:
+            break;
     }
     wrong_type("as_int", "an integer");
 }
@@ -358,9 +407,12 @@ inline const std::string& GgufValue::as_string() const {
 template <class T>
 std::vector<T> GgufValue::to_vector() const {
     const GgufValue model = [] {
-        if constexpr (std::is_same_v<T, std::string>) return GgufValue::string("");
-        else if constexpr (std::is_same_v<T, bool>) return GgufValue::boolean(false);
-        else return GgufValue::array_of(std::vector<T>{T{}})[0];
+        if constexpr (std::is_same_v<T, std::string>)
+            return GgufValue::string("");
+        else if constexpr (std::is_same_v<T, bool>)
+            return GgufValue::boolean(false);
+        else
+            return GgufValue::array_of(std::vector<T>{T{}})[0];
     }();
     if (!is_array() || element_ != model.type_) {
         const std::string wanted = std::string("ARRAY of ") + gguf_value_type_name(model.type_);
@@ -373,21 +425,23 @@ std::vector<T> GgufValue::to_vector() const {
     out.reserve(size());
     for (std::size_t i = 0; i < size(); ++i) {
         const GgufValue e = (*this)[i];
-        if constexpr (std::is_same_v<T, std::string>) out.push_back(e.text_);
-        else if constexpr (std::is_same_v<T, bool>) out.push_back(e.bits_ != 0);
+        if constexpr (std::is_same_v<T, std::string>)
+            out.push_back(e.text_);
+        else if constexpr (std::is_same_v<T, bool>)
+            out.push_back(e.bits_ != 0);
         else if constexpr (std::is_same_v<T, float>) {
             const auto b = static_cast<std::uint32_t>(e.bits_);  // the bits, NaNs as they are
             float f;
             std::memcpy(&f, &b, sizeof f);
             out.push_back(f);
-        }
-        else if constexpr (std::is_same_v<T, double>) {
+        } else if constexpr (std::is_same_v<T, double>) {
             double d;
             std::memcpy(&d, &e.bits_, sizeof d);
             out.push_back(d);
-        }
-        else if constexpr (std::is_signed_v<T>) out.push_back(static_cast<T>(e.signed_value()));
-        else out.push_back(static_cast<T>(e.bits_));
+        } else if constexpr (std::is_signed_v<T>)
+            out.push_back(static_cast<T>(e.signed_value()));
+        else
+            out.push_back(static_cast<T>(e.bits_));
     }
     return out;
 }

@@ -127,8 +127,7 @@ inline void dequantize_row_f16(const std::uint8_t* src, float* dst, Index n) noe
 
 inline void dequantize_row_bf16(const std::uint8_t* src, float* dst, Index n) noexcept {
     for (Index i = 0; i < n; ++i) {
-        const std::uint32_t bits = static_cast<std::uint32_t>(detail::load_u16(src + 2 * i))
-                                   << 16;
+        const std::uint32_t bits = static_cast<std::uint32_t>(detail::load_u16(src + 2 * i)) << 16;
         std::memcpy(dst + i, &bits, sizeof bits);
     }
 }
@@ -162,16 +161,26 @@ inline void dequantize_row(Type type, const void* src, float* dst, Index n) {
     row_bytes(type, n, fn);  // checks the type and n
     const auto* p = static_cast<const std::uint8_t*>(src);
     switch (type) {
-        case Type::f32: return dequantize_row_f32(p, dst, n);
-        case Type::f16: return dequantize_row_f16(p, dst, n);
-        case Type::bf16: return dequantize_row_bf16(p, dst, n);
-        case Type::q8_0: return dequantize_row_q8_0(p, dst, n);
-        case Type::q4_0: return dequantize_row_q4_0(p, dst, n);
-        case Type::q4_1: return dequantize_row_q4_1(p, dst, n);
-        case Type::q5_0: return dequantize_row_q5_0(p, dst, n);
-        case Type::q5_1: return dequantize_row_q5_1(p, dst, n);
-        case Type::q4_k: return dequantize_row_q4_k(p, dst, n);
-        case Type::q6_k: return dequantize_row_q6_k(p, dst, n);
+        case Type::f32:
+            return dequantize_row_f32(p, dst, n);
+        case Type::f16:
+            return dequantize_row_f16(p, dst, n);
+        case Type::bf16:
+            return dequantize_row_bf16(p, dst, n);
+        case Type::q8_0:
+            return dequantize_row_q8_0(p, dst, n);
+        case Type::q4_0:
+            return dequantize_row_q4_0(p, dst, n);
+        case Type::q4_1:
+            return dequantize_row_q4_1(p, dst, n);
+        case Type::q5_0:
+            return dequantize_row_q5_0(p, dst, n);
+        case Type::q5_1:
+            return dequantize_row_q5_1(p, dst, n);
+        case Type::q4_k:
+            return dequantize_row_q4_k(p, dst, n);
+        case Type::q6_k:
+            return dequantize_row_q6_k(p, dst, n);
     }
 }
 

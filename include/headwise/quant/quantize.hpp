@@ -143,7 +143,8 @@ inline void quantize_block_q8_0(const float* x, std::uint8_t* block) noexcept {
     }
     const float d = amax / 127.0f;
     const float id = d == 0.0f ? 0.0f : 1.0f / d;
-    for (int l = 0; l < 32; ++l) block[2 + l] = detail::low_byte(detail::round_half_away(x[l] * id));
+    for (int l = 0; l < 32; ++l)
+        block[2 + l] = detail::low_byte(detail::round_half_away(x[l] * id));
     detail::store_u16(block, float_to_half(d));
 }
 
@@ -204,15 +205,30 @@ inline void quantize_row(Type type, const float* src, void* dst, Index n) {
                 detail::store_u32(b, bits);
                 break;
             }
-            case Type::f16: detail::store_u16(b, float_to_half(*x)); break;
-            case Type::bf16: detail::store_u16(b, BFloat16::from_float(*x).bits); break;
-            case Type::q8_0: quantize_block_q8_0(x, b); break;
-            case Type::q4_0: quantize_block_q4_0(x, b); break;
-            case Type::q4_1: quantize_block_q4_1(x, b); break;
-            case Type::q5_0: quantize_block_q5_0(x, b); break;
-            case Type::q5_1: quantize_block_q5_1(x, b); break;
+            case Type::f16:
+                detail::store_u16(b, float_to_half(*x));
+                break;
+            case Type::bf16:
+                detail::store_u16(b, BFloat16::from_float(*x).bits);
+                break;
+            case Type::q8_0:
+                quantize_block_q8_0(x, b);
+                break;
+            case Type::q4_0:
+                quantize_block_q4_0(x, b);
+                break;
+            case Type::q4_1:
+                quantize_block_q4_1(x, b);
+                break;
+            case Type::q5_0:
+                quantize_block_q5_0(x, b);
+                break;
+            case Type::q5_1:
+                quantize_block_q5_1(x, b);
+                break;
             case Type::q4_k:
-            case Type::q6_k: break;  // refused above
+            case Type::q6_k:
+                break;  // refused above
         }
     }
 }

@@ -80,7 +80,8 @@ constexpr bool is_readable(std::uint32_t id) noexcept {
         case Type::q8_0:
         case Type::q4_k:
         case Type::q6_k:
-        case Type::bf16: return true;
+        case Type::bf16:
+            return true;
     }
     return false;
 }
@@ -89,13 +90,12 @@ constexpr const char* ggml_type_name(std::uint32_t id) noexcept {
     // ggml.h's enum ggml_type; ids it has retired keep their old names, since files of the time
     // carry them.
     constexpr const char* kNames[] = {
-        "F32",     "F16",       "Q4_0",      "Q4_1",      "Q4_2",    "Q4_3",
-        "Q5_0",    "Q5_1",      "Q8_0",      "Q8_1",      "Q2_K",    "Q3_K",
-        "Q4_K",    "Q5_K",      "Q6_K",      "Q8_K",      "IQ2_XXS", "IQ2_XS",
-        "IQ3_XXS", "IQ1_S",     "IQ4_NL",    "IQ3_S",     "IQ2_S",   "IQ4_XS",
-        "I8",      "I16",       "I32",       "I64",       "F64",     "IQ1_M",
-        "BF16",    "Q4_0_4_4",  "Q4_0_4_8",  "Q4_0_8_8",  "TQ1_0",   "TQ2_0",
-        "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "Q1_0"};
+        "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
+        "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
+        "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+        "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
+        "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+        "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",    "NVFP4",    "Q1_0"};
     return id < sizeof kNames / sizeof kNames[0] ? kNames[id] : nullptr;
 }
 
@@ -110,16 +110,26 @@ constexpr const char* readable_types() noexcept {
 
 inline BlockFormat block_format(Type type, const char* function) {
     switch (type) {
-        case Type::f32: return {type, "F32", 1, 4, true};
-        case Type::f16: return {type, "F16", 1, 2, true};
-        case Type::bf16: return {type, "BF16", 1, 2, true};
-        case Type::q4_0: return {type, "Q4_0", kBlock32, 18, true};
-        case Type::q4_1: return {type, "Q4_1", kBlock32, 20, true};
-        case Type::q5_0: return {type, "Q5_0", kBlock32, 22, true};
-        case Type::q5_1: return {type, "Q5_1", kBlock32, 24, true};
-        case Type::q8_0: return {type, "Q8_0", kBlock32, 34, true};
-        case Type::q4_k: return {type, "Q4_K", kBlockK, 144, false};
-        case Type::q6_k: return {type, "Q6_K", kBlockK, 210, false};
+        case Type::f32:
+            return {type, "F32", 1, 4, true};
+        case Type::f16:
+            return {type, "F16", 1, 2, true};
+        case Type::bf16:
+            return {type, "BF16", 1, 2, true};
+        case Type::q4_0:
+            return {type, "Q4_0", kBlock32, 18, true};
+        case Type::q4_1:
+            return {type, "Q4_1", kBlock32, 20, true};
+        case Type::q5_0:
+            return {type, "Q5_0", kBlock32, 22, true};
+        case Type::q5_1:
+            return {type, "Q5_1", kBlock32, 24, true};
+        case Type::q8_0:
+            return {type, "Q8_0", kBlock32, 34, true};
+        case Type::q4_k:
+            return {type, "Q4_K", kBlockK, 144, false};
+        case Type::q6_k:
+            return {type, "Q6_K", kBlockK, 210, false};
     }
     throw std::invalid_argument(std::string(function) + ": type " +
                                 describe_type(static_cast<std::uint32_t>(type)) +
@@ -132,8 +142,7 @@ inline std::uint64_t row_bytes(Type type, Index n, const char* function) {
         throw std::invalid_argument(std::string(function) + ": a row of " + f.name +
                                     " holds a multiple of " + std::to_string(f.block_size) +
                                     " values, not " + std::to_string(n));
-    return static_cast<std::uint64_t>(n / f.block_size) *
-           static_cast<std::uint64_t>(f.block_bytes);
+    return static_cast<std::uint64_t>(n / f.block_size) * static_cast<std::uint64_t>(f.block_bytes);
 }
 
 }  // namespace headwise::quant

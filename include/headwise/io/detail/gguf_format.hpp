@@ -154,8 +154,7 @@ public:
             std::string first;
             for (std::size_t i = 0; i < 4; ++i)
                 first += std::string(i ? " " : "") + hex[data_[i] >> 4] + hex[data_[i] & 15];
-            fail("does not start with the GGUF magic \"GGUF\" (its first bytes are " + first +
-                 ")");
+            fail("does not start with the GGUF magic \"GGUF\" (its first bytes are " + first + ")");
         }
         out.version = u32_at(4);
         if ((out.version & 0xFFFFu) == 0 && out.version != 0)
@@ -177,7 +176,8 @@ public:
                  std::to_string(kMinPairBytes) + " a pair at least)");
 
         std::map<std::string, std::size_t> keys;
-        out.metadata.reserve(static_cast<std::size_t>(pair_count));
+        // Reserved up to a bound: a count is only as good as the bytes that follow it.
+        out.metadata.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(pair_count, 4096)));
         for (std::uint64_t i = 0; i < pair_count; ++i) {
             context_ = "key-value pair " + std::to_string(i);
             std::string key = read_string("its key");
@@ -200,7 +200,7 @@ public:
         }
 
         std::set<std::string> names;
-        out.tensors.reserve(static_cast<std::size_t>(tensor_count));
+        out.tensors.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(tensor_count, 4096)));
         for (std::uint64_t i = 0; i < tensor_count; ++i) {
             context_ = "tensor info " + std::to_string(i);
             GgufTensorInfo t;
@@ -246,10 +246,9 @@ public:
         std::vector<const GgufTensorInfo*> order;
         for (const GgufTensorInfo& t : out.tensors)
             if (t.bytes > 0) order.push_back(&t);
-        std::sort(order.begin(), order.end(),
-                  [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
-                      return a->offset < b->offset;
-                  });
+        std::sort(order.begin(), order.end(), [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
+            return a->offset < b->offset;
+        });
         for (std::size_t i = 1; i < order.size(); ++i)
             if (order[i]->offset < order[i - 1]->offset + order[i - 1]->bytes) {
                 context_ = "tensor '" + printable(order[i]->name) + "'";
@@ -274,20 +273,22 @@ private:
 
     std::uint32_t u32_at(std::size_t at) const {
         std::uint32_t v = 0;
-        for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(data_[at + i]) << (8 * i);
+        for (std::size_t i = 0; i < 4; ++i)
+            v |= static_cast<std::uint32_t>(data_[at + i]) << (8 * i);
         return v;
     }
     std::uint64_t u64_at(std::size_t at) const {
         std::uint64_t v = 0;
-        for (std::size_t i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[at + i]) << (8 * i);
+        for (std::size_t i = 0; i < 8; ++i)
+            v |= static_cast<std::uint64_t>(data_[at + i]) << (8 * i);
         return v;
     }
 
     void need(std::uint64_t n, const std::string& what) const {
         if (n > size_ - pos_)
             fail("is cut off: " + what + " at offset " + std::to_string(pos_) + " needs " +
-                 std::to_string(n) + " bytes, but the file ends " +
-                 std::to_string(size_ - pos_) + " bytes later");
+                 std::to_string(n) + " bytes, but the file ends " + std::to_string(size_ - pos_) +
+                 " bytes later");
     }
     std::uint32_t read_u32(const std::string& what) {
         need(4, what);
@@ -350,9 +351,9 @@ private:
         const std::uint64_t count = read_u64("an array's length");
         const std::uint64_t left = size_ - pos_;
         if (count > left / min_bytes(element))
-            fail("has an array of " + std::to_string(count) + " " +
-                 gguf_value_type_name(element) + " values at offset " + std::to_string(pos_) +
-                 ", more than the " + std::to_string(left) + " bytes left in the file hold");
+            fail("has an array of " + std::to_string(count) + " " + gguf_value_type_name(element) +
+                 " values at offset " + std::to_string(pos_) + ", more than the " +
+                 std::to_string(left) + " bytes left in the file hold");
         const std::size_t size = gguf_scalar_size(element);
         if (size != 0) {
             const std::size_t bytes = static_cast<std::size_t>(count) * size;
@@ -366,7 +367,7 @@ private:
             return GgufValue::scalar_array(element, std::move(raw));
         }
         std::vector<GgufValue> items;
-        items.reserve(static_cast<std::size_t>(count));
+        items.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(count, 4096)));
         for (std::uint64_t i = 0; i < count; ++i)
             items.push_back(read_value(raw_element, depth + 1));
         return GgufValue::array(element, std::move(items));
@@ -397,8 +398,8 @@ private:
                  std::to_string(f.block_size));
         // numel / block_size blocks: no overflow, each block at most 210 bytes and numel < 2^63.
         const std::uint64_t blocks = numel / static_cast<std::uint64_t>(f.block_size);
-        if (blocks > std::numeric_limits<std::uint64_t>::max() /
-                         static_cast<std::uint64_t>(f.block_bytes))
+        if (blocks >
+            std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(f.block_bytes))
             fail("has dimensions " + dims + " whose byte count overflows 64 bits");
         t.bytes = blocks * static_cast<std::uint64_t>(f.block_bytes);
         t.numel = static_cast<Index>(numel);
