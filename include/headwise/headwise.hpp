@@ -58,6 +58,7 @@
 #include "ops/gemm_bf16.hpp"
 #include "ops/layer_norm.hpp"
 #include "ops/linear.hpp"
+#include "ops/quant_matmul.hpp"
 #include "ops/rms_norm.hpp"
 #include "ops/rope.hpp"
 #include "ops/score_mask.hpp"
