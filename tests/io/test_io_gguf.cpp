@@ -281,6 +281,36 @@ TEST_CASE("save_gguf refuses bad input before touching the file", "[io][gguf]") 
     refuses({{"deep", deep}}, {}, 32, "key 'deep' has arrays nested deeper than 8 levels");
 }
 
+TEST_CASE("GgufValue refuses ill-formed values and mismatched reads", "[io][gguf]") {
+    CHECK_THROWS_MATCHES(GgufValue::scalar(GgufValueType::string, 1), std::invalid_argument,
+                         Message("headwise::io::GgufValue::scalar: STRING is not a scalar type"));
+    CHECK_THROWS_MATCHES(GgufValue::scalar(GgufValueType::boolean, 2), std::invalid_argument,
+                         Message("headwise::io::GgufValue::scalar: a BOOL is 0 or 1, not 2"));
+    CHECK_THROWS_MATCHES(GgufValue::scalar_array(GgufValueType::uint32, "abc"),
+                         std::invalid_argument,
+                         Message("headwise::io::GgufValue::scalar_array: 3 bytes are no array "
+                                 "of UINT32 values"));
+    CHECK_THROWS_MATCHES(GgufValue::array(GgufValueType::uint8, {GgufValue::int8(1)}),
+                         std::invalid_argument,
+                         Message("headwise::io::GgufValue::array: element 0 is INT8, not UINT8"));
+    CHECK_THROWS_MATCHES(GgufValue::array_of(std::vector<float>{1.f}).to_vector<double>(),
+                         std::invalid_argument,
+                         Message("headwise::io::GgufValue::to_vector: the value is ARRAY of "
+                                 "FLOAT32, not ARRAY of FLOAT64"));
+    CHECK_THROWS_MATCHES(GgufValue::uint64(~std::uint64_t{0}).as_int(), std::invalid_argument,
+                         Message("headwise::io::GgufValue::as_int: the UINT64 value "
+                                 "18446744073709551615 exceeds INT64's range"));
+    CHECK_THROWS_MATCHES(GgufValue::int8(-1).as_uint(), std::invalid_argument,
+                         Message("headwise::io::GgufValue::as_uint: the INT8 value -1 is "
+                                 "negative"));
+    CHECK_THROWS_MATCHES(GgufValue::uint8(1)[0], std::invalid_argument,
+                         Message("headwise::io::GgufValue::operator[]: the value is UINT8, not "
+                                 "ARRAY"));
+    CHECK_THROWS_MATCHES(GgufValue::array_of(std::vector<std::string>{"a"})[1], std::out_of_range,
+                         Message("headwise::io::GgufValue::operator[]: index 1 of an array of 1 "
+                                 "elements"));
+}
+
 TEST_CASE("save_gguf is atomic and refuses a target that is not a regular file", "[io][gguf]") {
     const ScratchDir dir("gguf");
     const std::string path = dir.file("m.gguf");

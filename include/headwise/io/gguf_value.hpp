@@ -96,10 +96,19 @@ public:
     /// For the reader: an array of scalars from its elements' little-endian bytes, and the
     /// bits of a scalar (zero-extended).
     static GgufValue scalar_array(GgufValueType element_type, std::string bytes);
+    /// Both throw std::invalid_argument for a type that is not a scalar one (or bytes that are
+    /// no whole number of elements), so that every GgufValue is well-formed.
     static GgufValue scalar(GgufValueType type, std::uint64_t bits) {
+        const std::size_t size = gguf_scalar_size(type);
+        if (size == 0)
+            throw std::invalid_argument(std::string("headwise::io::GgufValue::scalar: ") +
+                                        gguf_value_type_name(type) + " is not a scalar type");
+        if (type == GgufValueType::boolean && bits > 1)
+            throw std::invalid_argument("headwise::io::GgufValue::scalar: a BOOL is 0 or 1, not " +
+                                        std::to_string(bits));
         GgufValue v;
         v.type_ = type;
-        v.bits_ = bits;
+        v.bits_ = size == 8 ? bits : bits & ((std::uint64_t{1} << (8 * size)) - 1);
         return v;
     }
     /// The raw bits of a scalar; the element bytes of an array of scalars.
@@ -199,10 +208,15 @@ inline GgufValue GgufValue::string(std::string v) {
 }
 
 inline GgufValue GgufValue::scalar_array(GgufValueType element_type, std::string bytes) {
+    const std::size_t size = gguf_scalar_size(element_type);
+    if (size == 0 || bytes.size() % size != 0)
+        throw std::invalid_argument(std::string("headwise::io::GgufValue::scalar_array: ") +
+                                    std::to_string(bytes.size()) + " bytes are no array of " +
+                                    gguf_value_type_name(element_type) + " values");
     GgufValue out;
     out.type_ = GgufValueType::array;
     out.element_ = element_type;
-    out.bits_ = bytes.size() / gguf_scalar_size(element_type);
+    out.bits_ = bytes.size() / size;
     out.text_ = std::move(bytes);
     return out;
 }
