@@ -43,6 +43,7 @@
 #include "models/llama.hpp"
 #if __has_include(<utf8proc.h>)
 #include "models/sentence_embedding.hpp"
+#include "text/bpe.hpp"
 #include "text/wordpiece.hpp"
 #endif
 #endif
