@@ -247,7 +247,8 @@ inline BpeTokenizer::BpeTokenizer(BpeConfig config) : config_(std::move(config))
     std::unordered_map<std::uint64_t, Merge> merges;
     merges.reserve(config_.merges.size());
     for (std::size_t r = 0; r < config_.merges.size(); ++r) {
-        const auto& [a, b] = config_.merges[r];
+        const std::string& a = config_.merges[r].first;
+        const std::string& b = config_.merges[r].second;
         const auto find = [&](const std::string& t) {
             const auto it = ids.find(t);
             if (it == ids.end())
