@@ -227,6 +227,10 @@ TEST_CASE("BpeTokenizer refuses what it does not implement and malformed input, 
     refuse([](nlohmann::json& j) { j["model"]["vocab"] = nlohmann::json::array(); },
            "headwise::text::BpeTokenizer::from_json: t.json: model.vocab: must be an object of token: id, got an empty array");
     refuse([](nlohmann::json& j) { j["model"]["vocab"]["Ġthe"] = "x"; }, "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be a non-negative integer, got \"x\"");
+    refuse([](nlohmann::json& j) { j["model"]["vocab"]["Ġthe"] = 4000000000u; },
+           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be below 1763 (ids are dense from 0 over the vocabulary and added tokens), got 4000000000");
+    refuse([](nlohmann::json& j) { j["added_tokens"][1]["id"] = -1; },
+           "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[1].id: must be a non-negative integer, got -1");
     refuse([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; }, "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[0].lstrip: must be false (headwise matches added tokens exactly), got true");
     refuse([](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "headwise::text::BpeTokenizer::from_json: t.json: decoder: must be ByteLevel or null, got \"WordPiece\"");
     refuse([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "headwise::text::BpeTokenizer::from_json: t.json: normalizer: must be null (headwise implements no normalizer for BPE), got \"NFC\"");

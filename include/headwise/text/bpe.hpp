@@ -570,24 +570,27 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
         fail("model.type", "must be \"BPE\" (the only model headwise reads here)" + got(type));
     const nlohmann::json& vocab = field(model, "vocab");
     if (!vocab.is_object()) fail("model.vocab", "must be an object of token: id" + got(vocab));
-    std::vector<std::optional<std::string>> tokens;
+    // Ids are dense from 0 over the vocabulary and the added tokens: any id past their number
+    // is refused before anything is sized by it.
+    const nlohmann::json& added = field(j, "added_tokens");
+    if (!added.is_null() && !added.is_array()) fail("added_tokens", "must be an array" + got(added));
+    const std::size_t limit = vocab.size() + (added.is_array() ? added.size() : 0);
+    auto check_id = [&](const std::string& where, const nlohmann::json& id) {
+        if (!id.is_number_unsigned()) fail(where, "must be a non-negative integer" + got(id));
+        if (id.get<std::uint64_t>() >= limit)
+            fail(where, "must be below " + std::to_string(limit) +
+                            " (ids are dense from 0 over the vocabulary and added tokens)" + got(id));
+        return id.get<std::size_t>();
+    };
     std::size_t size = 0;
     for (auto it = vocab.begin(); it != vocab.end(); ++it)
-        if (it->is_number_unsigned()) size = std::max(size, it->get<std::size_t>() + 1);
-    for (const nlohmann::json& a : field(j, "added_tokens").is_array() ? field(j, "added_tokens")
-                                                                        : nlohmann::json::array())
-        if (a.is_object() && field(a, "id").is_number_unsigned())
-            size = std::max(size, field(a, "id").get<std::size_t>() + 1);
-    if (size > vocab.size() + 1 + (field(j, "added_tokens").is_array() ? field(j, "added_tokens").size() : 0))
-        fail("model.vocab", "ids must be dense from 0, the largest is " + std::to_string(size - 1) +
-                                " for " + std::to_string(vocab.size()) + " tokens");
-    tokens.resize(size);
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        if (!it->is_number_unsigned())
-            fail("model.vocab[" + bpe_detail::quote(it.key()) + "]",
-                 "must be a non-negative integer" + got(*it));
-        tokens[it->get<std::size_t>()] = it.key();
-    }
+        size = std::max(size, check_id("model.vocab[" + bpe_detail::quote(it.key()) + "]", *it) + 1);
+    for (std::size_t i = 0; added.is_array() && i < added.size(); ++i)
+        if (added[i].is_object())
+            size = std::max(size, check_id("added_tokens[" + std::to_string(i) + "].id",
+                                           field(added[i], "id")) + 1);
+    std::vector<std::optional<std::string>> tokens(size);
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) tokens[it->get<std::size_t>()] = it.key();
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         const nlohmann::json& v = field(model, key);
         if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
@@ -621,15 +624,12 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
     const nlohmann::json& unk = field(model, "unk_token");
     if (!unk.is_null() && !unk.is_string()) fail("model.unk_token", "must be a string or null" + got(unk));
     // added_tokens
-    const nlohmann::json& added = field(j, "added_tokens");
-    if (!added.is_null() && !added.is_array()) fail("added_tokens", "must be an array" + got(added));
     for (std::size_t i = 0; added.is_array() && i < added.size(); ++i) {
         const nlohmann::json& a = added[i];
         const std::string where = "added_tokens[" + std::to_string(i) + "]";
         if (!a.is_object()) fail(where, "must be an object" + got(a));
         const nlohmann::json& id = field(a, "id");
         const nlohmann::json& content = field(a, "content");
-        if (!id.is_number_unsigned()) fail(where + ".id", "must be a non-negative integer" + got(id));
         if (!content.is_string() || content.get_ref<const std::string&>().empty())
             fail(where + ".content", "must be a non-empty string" + got(content));
         for (const char* key : {"single_word", "lstrip", "rstrip"})
