@@ -86,6 +86,7 @@
 #include "tensor_ops/matmul.hpp"
 #include "tensor_ops/permute.hpp"
 #include "tensor_ops/reduce.hpp"
+#include "text/chat_template.hpp"
 #include "version.hpp"
 // Last: with headwise::compiled (HEADWISE_COMPILED), the layers' instantiations come from that
 // library instead of every translation unit.
