@@ -164,9 +164,12 @@ inline bool quant_avx2_available() noexcept {
 #endif
 }
 
-/// Multiply-adds per thread below which quant_matmul stays on one thread: starting a second
-/// thread costs a few microseconds, which a 576 x 576 GEMV (~330k) already pays back.
-inline constexpr Index kQuantParallelGrain = Index{1} << 17;
+/// Multiply-adds per thread below which quant_matmul's integer kernels stay on one thread. A
+/// second thread pays back its start (microseconds) from a few 100k multiply-adds on an idle
+/// machine, but where the cores are shared a woken thread can wait a scheduler slice: measured
+/// at load 4-5 on 2 cores, 2 threads made the 576 x 576 GEMV (330k) 1.0-3.2x slower. From
+/// 2^19 on, SmolLM2-135M's per-layer GEMVs (<= 885k) stay on one thread.
+inline constexpr Index kQuantParallelGrain = Index{1} << 19;
 
 }  // namespace headwise::detail
 
@@ -221,30 +224,34 @@ inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const fl
     if (N == 0 || out == 0) return;
 
     const auto* w = static_cast<const std::uint8_t*>(W.data);
-    if (N >= kQuantGemmRows) {
-        // Y[:, o0 : o0 + rows] = X panel^T, panel [rows, in] dequantized; the bias first.
-        workspace.panel.resize(static_cast<std::size_t>(kQuantPanelRows * in));
-        for (Index o0 = 0; o0 < out; o0 += kQuantPanelRows) {
-            const Index rows = std::min(kQuantPanelRows, out - o0);
-            float* panel = workspace.panel.data();
-            detail::parallel_blocks(
-                rows, std::max<Index>(1, detail::kParallelGrain / std::max<Index>(in, 1)),
-                [&](Index first, Index count) {
-                    for (Index r = first; r < first + count; ++r)
-                        quant::dequantize_row(W.type,
-                                              w + static_cast<std::uint64_t>(o0 + r) * row_bytes,
-                                              panel + r * in, in);
-                });
-            auto Yp = Y.middleCols(o0, rows);  // [N, rows]
+    if (N >= kQuantGemmRows && in > 0) {
+        // Y[:, o0 : o0 + rows] = X panel^T, panel [rows, in] dequantized; the bias first. One
+        // parallel region over the panels, each thread with its own scratch and a serial GEMM:
+        // a threaded GEMM per panel started and joined the threads once per 64 weight rows.
+        const Index panels = (out + kQuantPanelRows - 1) / kQuantPanelRows;
+        const Index threads = std::min<Index>(detail::max_threads(), panels);
+        workspace.panel.resize(static_cast<std::size_t>(threads * kQuantPanelRows * in));
+        const auto panel_product = [&](Index p, int thread) {
+            const Index o0 = p * kQuantPanelRows, rows = std::min(kQuantPanelRows, out - o0);
+            float* panel = workspace.panel.data() + thread * kQuantPanelRows * in;  // [rows, in]
+            for (Index r = 0; r < rows; ++r)
+                quant::dequantize_row(W.type, w + static_cast<std::uint64_t>(o0 + r) * row_bytes,
+                                      panel + r * in, in);
+            MatrixRef<float> Yp = Y.middleCols(o0, rows);  // [N, rows]
             float beta = 0.0f;
             if (b != nullptr) {
                 const Eigen::Map<const Eigen::Matrix<float, 1, Eigen::Dynamic>> bias(b + o0, rows);
                 for (Index n = 0; n < N; ++n) Yp.row(n) = bias;
                 beta = 1.0f;
             }
-            gemm<float>(1.0f, X, Op::none, MatrixMap<const float>(panel, rows, in), Op::transpose,
-                        beta, Yp);
-        }
+            [[maybe_unused]] const detail::SingleThreadScope one_thread;
+            detail::gemm_serial<float>(1.0f, X, Op::none, MatrixMap<const float>(panel, rows, in),
+                                       Op::transpose, beta, Yp);
+        };
+        if (threads > 1)
+            detail::parallel_for(panels, panel_product);
+        else
+            for (Index p = 0; p < panels; ++p) panel_product(p, 0);
         return;
     }
     const bool rounds = quant_rounds_activations(W.type, N);
