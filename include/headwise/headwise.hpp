@@ -20,6 +20,7 @@
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #endif
+#include "layers/attention/circuits.hpp"
 #include "layers/attention/multihead_attention.hpp"
 #include "layers/attention/options.hpp"
 #include "layers/dropout.hpp"
