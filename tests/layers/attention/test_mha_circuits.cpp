@@ -178,31 +178,62 @@ TEST_CASE("Circuits: singular values from the factors, rank at most D, dense agr
     }
 }
 
-TEST_CASE("Rotary modules: the OV circuit holds, the QK circuit is refused", "[circuits]") {
-    const CircuitCase c{"rotary", 16, 4, 2, 0, 0, true, false, false, 0.0, true};
-    MultiheadAttention<double> m(options_of(c, Projection::fused), 5);
+TEST_CASE("Rotary modules: the QK circuit of positions m and n, the OV circuit as without",
+          "[circuits]") {
+    const RopeConvention convention =
+        GENERATE(RopeConvention::rotate_half, RopeConvention::interleaved);
+    const bool extra_keys = GENERATE(false, true);
+    CAPTURE(to_string(convention), extra_keys);
+    CircuitCase c{"rotary", 16, 4, 2, 0, 0, true, extra_keys, extra_keys, 0.0, true};
+    MultiheadAttentionOptions o = options_of(c, Projection::separate);
+    o.rotary.convention = convention;
+    o.rotary.scaling_factor = 1.5;
+    o.rotary.theta = 100.0;
+    MultiheadAttention<double> m(o, 5);
     test::randomize_parameters(m, 17);
     m.eval();
     CHECK_THROWS_AS(qk_circuit(m, 0), std::invalid_argument);
     CHECK_THROWS_WITH(qk_circuit(m, 0),
                       "headwise::qk_circuit: module: options.rotary.enabled must be false (with "
                       "rotary positions the score between query position m and key position n "
-                      "is x_q scale W_Q^T R_(n-m) W_K x_k^T, one bilinear form per offset, not one "
-                      "circuit), got true");
-    // Values are not rotated: the output is still the OV sum over the layer's probabilities.
-    const Index L = 5;
+                      "is x_q scale W_Q^T R_(n-m) W_K x_k^T, one bilinear form per offset: pass "
+                      "the positions), got true");
+    const Index L = 4, S = 6;
     std::mt19937_64 rng(6);
-    const Tensor<double> x = Tensor<double>::randn(Shape{1, L, c.E}, rng);
+    const Tensor<double> q = Tensor<double>::randn(Shape{1, L, c.E}, rng);
+    const Tensor<double> kv = Tensor<double>::randn(Shape{1, S, c.E}, rng);
     AttentionMasks<double> masks;
     masks.need_weights = true;
     masks.average_attn_weights = false;
-    const AttentionForward<double> f = m.forward(x, x, x, masks);
+    const AttentionForward<double> f = m.forward(q, kv, kv, masks);
+    const Mat xq = batch_slice(q, 0), xk = batch_slice(kv, 0);
     const auto sd = m.state_dict();
     Mat y = Mat::Zero(L, c.E);
     y.rowwise() += Eigen::Map<const Eigen::RowVectorXd>(sd.at("out_proj.bias").data(), c.E);
-    for (Index h = 0; h < c.H; ++h)
-        y += ov_circuit(m, h).contribution(head_probabilities(f.attn_weights, 0, h),
-                                           batch_slice(x, 0));
+    for (Index h = 0; h < c.H; ++h) {
+        CAPTURE(h);
+        // Query i sits at position i, key j at j: each score from the circuit of (i, j).
+        const Mat p = head_probabilities(f.attn_weights, 0, h);  // [L, Sx]
+        Mat s(L, p.cols());
+        for (Index i = 0; i < L; ++i)
+            for (Index j = 0; j < S; ++j) {
+                const Mat sij = qk_circuit(m, h, i, j).scores(xq.row(i), xk.row(j));  // [1, 1+]
+                s(i, j) = sij(0, 0);
+                if (j == 0) s.row(i).tail(p.cols() - S) = sij.row(0).tail(p.cols() - S);
+            }
+        const Mat d = p.array().log().matrix() - s;
+        for (Index i = 0; i < L; ++i)
+            CHECK((d.row(i).array() - d(i, 0)).abs().maxCoeff() <= 1e-12);
+        // The key-input part depends on n - m only.
+        const QKCircuit<double> a = qk_circuit(m, h, 1, 4), b = qk_circuit(m, h, 3, 6);
+        CHECK((a.weight.dense() - b.weight.dense()).cwiseAbs().maxCoeff() <= 1e-12);
+        CHECK((a.key_term - b.key_term).cwiseAbs().maxCoeff() <= 1e-12);
+        CHECK(std::abs(a.constant - b.constant) <= 1e-12);
+        CHECK((a.weight.dense() - qk_circuit(m, h, 1, 1).weight.dense()).cwiseAbs().maxCoeff() >
+              1e-3);
+        // Values are not rotated: the output is still the OV sum over the layer's probabilities.
+        y += ov_circuit(m, h).contribution(p, xk);
+    }
     CHECK((batch_slice(f.output, 0) - y).cwiseAbs().maxCoeff() <= 1e-12);
 }
 
@@ -215,6 +246,16 @@ TEST_CASE("Circuits: errors name the function, the argument and the value", "[ci
     CHECK_THROWS_WITH(qk_circuit(m, 2), "headwise::qk_circuit: head: must be in [0, 2), got 2");
     CHECK_THROWS_WITH(qk_circuit(m, -1), "headwise::qk_circuit: head: must be in [0, 2), got -1");
     CHECK_THROWS_WITH(ov_circuit(m, 2), "headwise::ov_circuit: head: must be in [0, 2), got 2");
+    CHECK_THROWS_WITH(qk_circuit(m, 2, 0, 0),
+                      "headwise::qk_circuit: head: must be in [0, 2), got 2");
+    CHECK_THROWS_WITH(qk_circuit(m, 0, -1, 0),
+                      "headwise::qk_circuit: query_position: must be at least 0, got -1");
+    CHECK_THROWS_WITH(qk_circuit(m, 0, 0, -3),
+                      "headwise::qk_circuit: key_position: must be at least 0, got -3");
+    // Without rotary the positions change nothing.
+    CHECK((qk_circuit(m, 1, 2, 7).weight.dense() - qk_circuit(m, 1).weight.dense())
+              .cwiseAbs()
+              .maxCoeff() == 0.0);
     const QKCircuit<double> qk = qk_circuit(m, 0);
     CHECK_THROWS_AS(qk.scores(Mat::Zero(3, 7), Mat::Zero(2, 8)), shape_error);
     CHECK_THROWS_WITH(qk.scores(Mat::Zero(3, 7), Mat::Zero(2, 8)),

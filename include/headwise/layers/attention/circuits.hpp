@@ -7,13 +7,16 @@
 #include <Eigen/SVD>  // Eigen::JacobiSVD
 
 #include <algorithm>  // std::min
+#include <cstddef>    // std::size_t
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
 #include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include "../../config.hpp"
 #include "../../detail/attention_options.hpp"
 #include "../../error.hpp"
+#include "../../ops/rope.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 #include "head_parameters.hpp"
@@ -126,12 +129,21 @@ struct OVCircuit {
 /// Head `head`'s QK circuit, read from the module's current weights (copied: later changes to the
 /// module do not reach it). For a bf16 module, from its float weights. Throws
 /// std::invalid_argument for a head outside [0, num_heads) and for a module with
-/// options.rotary.enabled: there the score between query position m and key position n is
-/// x_q scale (W_i^Q)^T R_{n-m} W_i^K x_k^T (R_t the block rotation by t theta_j, plus the bias
-/// terms rotated likewise), one bilinear form per offset n - m, not one matrix; no such form is
-/// offered. Throws std::logic_error when the float weights are released.
+/// options.rotary.enabled, whose scores depend on the positions (take the overload below).
+/// Throws std::logic_error when the float weights are released.
 template <class T>
 QKCircuit<T> qk_circuit(const MultiheadAttention<T>& module, Index head);
+
+/// Head `head`'s QK circuit between a query at position m = query_position and a key at position
+/// n = key_position (forward's positions: query i is at i, key j at j). With options.rotary the
+/// rotated query R_m q and key R_n k score (R_m q) . (R_n k) = q^T R_m^T R_n k, R_m^T R_n = R_(n-m),
+/// so weight = scale (W_i^Q)^T R_(n-m) W_i^K and the bias terms are rotated likewise (they depend
+/// on n - m only); bias_k's column, an unrotated key, depends on m alone:
+/// bias_k_query_term = scale (W_i^Q)^T R_m^T k_b. Without rotary the positions change nothing.
+/// Throws std::invalid_argument for a negative position or a head outside [0, num_heads).
+template <class T>
+QKCircuit<T> qk_circuit(const MultiheadAttention<T>& module, Index head, Index query_position,
+                        Index key_position);
 
 /// Head `head`'s OV circuit (any module, rotary included: values are not rotated). Throws
 /// std::invalid_argument for a head outside [0, num_heads), std::logic_error when the float
@@ -269,49 +281,95 @@ RowMatrix<T> OVCircuit<T>::contribution(const Eigen::Ref<const Matrix>& p,
     return y;
 }
 
+namespace detail {
+
+/// R_p [D, D], the rotation forward applies to a query or key row at position p (ops/rope.hpp),
+/// as a matrix: q_rotated = R_p q. Built by rotating the rows of the identity, which gives R_p^T.
 template <class T>
-QKCircuit<T> qk_circuit(const MultiheadAttention<T>& m, Index head) {
-    constexpr const char* fn = "headwise::qk_circuit";
-    detail::check_circuit_head(fn, m, head);
-    const MultiheadAttentionOptions& o = m.options();
-    if (o.rotary.enabled)
-        throw std::invalid_argument(
-            std::string(fn) +
-            ": module: options.rotary.enabled must be false (with rotary positions the score "
-            "between query position m and key position n is x_q scale W_Q^T R_(n-m) W_K x_k^T, "
-            "one bilinear form per offset, not one circuit), got true");
+RowMatrix<T> rotation_matrix(const RotaryEmbedding& rotary, Index D, Index position) {
+    const std::vector<Index> positions(static_cast<std::size_t>(D), position);
+    RowMatrix<T> Cos(D, D / 2), Sin(D, D / 2);  // [D, D/2]: one row per rotated row
+    ops::rope_tables<T>(positions.data(), rotary.theta, rotary.scaling_factor, Cos, Sin);
+    const RowMatrix<T> I = RowMatrix<T>::Identity(D, D);
+    RowMatrix<T> Rt(D, D);  // [D, D]: row r is R_p e_r  !! transposed !!
+    ops::rope_forward<T>(I, Cos, Sin, rotary.convention, Rt);
+    return Rt.transpose();
+}
+
+/// The QK circuit of scores scale (A (W_Q x + b_Q)) . (B (W_K y + b_K)): A, B the query's and the
+/// key's rotations (null: none), so that with M = A^T B the score is
+/// scale (W_Q x + b_Q)^T M (W_K y + b_K); bias_k, unrotated, meets A only.
+template <class T>
+QKCircuit<T> make_qk_circuit(const MultiheadAttention<T>& m, Index head, const RowMatrix<T>* A,
+                             const RowMatrix<T>* B) {
     using Matrix = RowMatrix<T>;
+    using Vector = typename QKCircuit<T>::Vector;
+    const MultiheadAttentionOptions& o = m.options();
     const Index E = m.embed_dim(), D = m.head_dim(), kdim = m.kdim();
     const HeadParameters<const T> hp = m.head(head);
-    const Matrix Wq = detail::as_row_matrix<T>(hp.q_weight(), D, E);     // [D, E]
-    const Matrix Wk = detail::as_row_matrix<T>(hp.k_weight(), D, kdim);  // [D, kdim]
-    const T scale = detail::attention_scale<T>(o);
-    using Vector = typename QKCircuit<T>::Vector;
+    const Matrix Wq = as_row_matrix<T>(hp.q_weight(), D, E);     // [D, E]
+    const Matrix Wk = as_row_matrix<T>(hp.k_weight(), D, kdim);  // [D, kdim]
+    const Matrix M = A ? Matrix(A->transpose() * *B) : Matrix(Matrix::Identity(D, D));  // [D, D]
+    const T scale = attention_scale<T>(o);
+    const Matrix left = scale * (Wq.transpose() * M);  // [E, D]
     QKCircuit<T> c;
     c.head = head;
     c.kv_head = head / (m.num_heads() / m.num_kv_heads());
     c.scale = scale;
-    c.weight = FactoredMatrix<T>(Matrix(scale * Wq.transpose()), Wk);
+    c.weight = FactoredMatrix<T>(left, Wk);
     c.has_bias = o.bias;
     c.query_term = Vector::Zero(E);
     c.key_term = Vector::Zero(kdim);
     Vector bq = Vector::Zero(D);
     if (o.bias) {
-        bq = detail::as_vector<T>(hp.q_bias(), 0, D);
-        const Vector bk = detail::as_vector<T>(hp.k_bias(), 0, D);
-        c.query_term = scale * (Wq.transpose() * bk);  // [E]
-        c.key_term = scale * (Wk.transpose() * bq);    // [kdim]
-        c.constant = scale * bq.dot(bk);
+        bq = as_vector<T>(hp.q_bias(), 0, D);
+        const Vector bk = as_vector<T>(hp.k_bias(), 0, D);
+        c.query_term = left * bk;                                      // [E]
+        c.key_term = scale * (Wk.transpose() * (M.transpose() * bq));  // [kdim]
+        c.constant = scale * bq.dot(M * bk);
     }
     if (o.add_bias_kv) {
         c.has_bias_k = true;
-        const Vector kb =
-            detail::as_vector<T>(detail::circuit_parameter(m, "bias_k"), c.kv_head * D, D);
+        Vector kb = as_vector<T>(circuit_parameter(m, "bias_k"), c.kv_head * D, D);  // [D]
+        if (A) kb = (A->transpose() * kb).eval();
         c.bias_k_query_term = scale * (Wq.transpose() * kb);  // [E]
         c.bias_k_constant = scale * bq.dot(kb);
     }
     c.has_zero_attn = o.add_zero_attn;
     return c;
+}
+
+}  // namespace detail
+
+template <class T>
+QKCircuit<T> qk_circuit(const MultiheadAttention<T>& m, Index head) {
+    constexpr const char* fn = "headwise::qk_circuit";
+    detail::check_circuit_head(fn, m, head);
+    if (m.options().rotary.enabled)
+        throw std::invalid_argument(
+            std::string(fn) +
+            ": module: options.rotary.enabled must be false (with rotary positions the score "
+            "between query position m and key position n is x_q scale W_Q^T R_(n-m) W_K x_k^T, "
+            "one bilinear form per offset: pass the positions), got true");
+    return detail::make_qk_circuit<T>(m, head, nullptr, nullptr);
+}
+
+template <class T>
+QKCircuit<T> qk_circuit(const MultiheadAttention<T>& m, Index head, Index query_position,
+                        Index key_position) {
+    constexpr const char* fn = "headwise::qk_circuit";
+    detail::check_circuit_head(fn, m, head);
+    if (query_position < 0)
+        throw_invalid_argument(fn, "query_position", "must be at least 0",
+                               std::to_string(query_position));
+    if (key_position < 0)
+        throw_invalid_argument(fn, "key_position", "must be at least 0",
+                               std::to_string(key_position));
+    const RotaryEmbedding& rotary = m.options().rotary;
+    if (!rotary.enabled) return detail::make_qk_circuit<T>(m, head, nullptr, nullptr);
+    const RowMatrix<T> A = detail::rotation_matrix<T>(rotary, m.head_dim(), query_position);
+    const RowMatrix<T> B = detail::rotation_matrix<T>(rotary, m.head_dim(), key_position);
+    return detail::make_qk_circuit<T>(m, head, &A, &B);
 }
 
 template <class T>
