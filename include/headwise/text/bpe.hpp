@@ -12,7 +12,7 @@
 #include <utf8proc.h>  // utf8proc_iterate
 #include <nlohmann/json.hpp>
 
-#include <algorithm>      // std::lower_bound, std::max
+#include <algorithm>      // std::max
 #include <array>          // std::array
 #include <cstddef>        // std::size_t
 #include <cstdint>        // std::int64_t, std::int32_t, std::uint64_t
@@ -26,7 +26,8 @@
 #include <utility>        // std::move, std::pair
 #include <vector>         // std::vector
 
-#include "../detail/bpe_split.hpp"
+#include "detail/bpe_split.hpp"
+#include "detail/special_tokens.hpp"
 #include "../detail/json_file.hpp"
 #include "../detail/unicode.hpp"
 #include "../error.hpp"
@@ -113,16 +114,10 @@ public:
     const BpeConfig& config() const noexcept { return config_; }
 
 private:
-    struct SpecialNode {
-        std::int64_t id = -1;
-        std::vector<std::pair<unsigned char, std::int32_t>> next;
-    };
     struct Merge {
         std::int32_t rank;
         std::int32_t id;
     };
-    void add_special(const std::string& token, std::int64_t id);
-    std::pair<std::size_t, std::int64_t> match_special(std::string_view text, std::size_t i) const;
     void encode_segment(std::string_view text, std::size_t offset,
                         std::vector<std::int64_t>& out) const;
     void encode_word(std::string_view bytes, std::vector<std::int64_t>& out) const;
@@ -140,8 +135,7 @@ private:
     std::unordered_map<std::int32_t, unsigned char> char_bytes_;  // the inverse
     std::vector<bool> special_;                                   // by id
     std::vector<bool> added_;                                     // by id
-    std::vector<SpecialNode> specials_{1};
-    std::array<std::int32_t, 256> special_roots_{};
+    detail::SpecialTokenTrie specials_;  // the added tokens, matched in the raw text
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -280,45 +274,8 @@ inline BpeTokenizer::BpeTokenizer(BpeConfig config) : config_(std::move(config))
         special_[static_cast<std::size_t>(t.id)] = special_[static_cast<std::size_t>(t.id)] || t.special;
         added_[static_cast<std::size_t>(t.id)] = true;
         tokens_[static_cast<std::size_t>(t.id)] = t.content;
-        add_special(t.content, t.id);
+        specials_.add(t.content, t.id);
     }
-}
-
-inline void BpeTokenizer::add_special(const std::string& token, std::int64_t id) {
-    std::size_t node = 0;
-    for (const char ch : token) {
-        const auto byte = static_cast<unsigned char>(ch);
-        auto& next = specials_[node].next;
-        auto it = std::lower_bound(next.begin(), next.end(), byte,
-                                   [](const auto& e, unsigned char b) { return e.first < b; });
-        if (it == next.end() || it->first != byte) {
-            const auto child = static_cast<std::int32_t>(specials_.size());
-            it = next.insert(it, {byte, child});
-            if (node == 0) special_roots_[byte] = child;
-            specials_.emplace_back();  // invalidates `next` and `it`, used no more
-            node = static_cast<std::size_t>(child);
-        } else {
-            node = static_cast<std::size_t>(it->second);
-        }
-    }
-    specials_[node].id = id;
-}
-
-inline std::pair<std::size_t, std::int64_t> BpeTokenizer::match_special(std::string_view text,
-                                                                        std::size_t i) const {
-    std::pair<std::size_t, std::int64_t> best{0, -1};
-    std::int32_t node = special_roots_[static_cast<unsigned char>(text[i])];
-    for (std::size_t k = i + 1; node != 0; ++k) {
-        const SpecialNode& s = specials_[static_cast<std::size_t>(node)];
-        if (s.id >= 0) best = {k - i, s.id};
-        if (k == text.size()) break;
-        const auto byte = static_cast<unsigned char>(text[k]);
-        const auto it =
-            std::lower_bound(s.next.begin(), s.next.end(), byte,
-                             [](const auto& e, unsigned char b) { return e.first < b; });
-        node = it != s.next.end() && it->first == byte ? it->second : 0;
-    }
-    return best;
 }
 
 inline std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text,
@@ -328,8 +285,8 @@ inline std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text,
     // Step 0: the text between added tokens is encoded segment by segment.
     std::size_t begin = 0, i = 0;
     while (i < text.size()) {
-        const auto [len, id] = specials_.size() > 1 ? match_special(text, i)
-                                                    : std::pair<std::size_t, std::int64_t>{0, -1};
+        const auto [len, id] = specials_.empty() ? std::pair<std::size_t, std::int64_t>{0, -1}
+                                                 : specials_.match(text, i);
         if (len == 0) {
             ++i;
             continue;

@@ -11,8 +11,7 @@
 #include <utf8proc.h>  // utf8proc_decompose_char, utf8proc_category, utf8proc_get_property
 #include <nlohmann/json.hpp>
 
-#include <algorithm>         // std::lower_bound, std::max, std::stable_sort, std::upper_bound
-#include <array>             // std::array
+#include <algorithm>         // std::max, std::stable_sort, std::upper_bound
 #include <cstddef>           // std::size_t
 #include <cstdint>           // std::int64_t, std::int32_t
 #include <filesystem>        // std::filesystem::exists, symlink_status
@@ -33,6 +32,7 @@
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/special_tokens.hpp"
 
 namespace headwise::text {
 
@@ -123,17 +123,6 @@ public:
     const BertTokenizerOptions& options() const noexcept { return options_; }
 
 private:
-    // The special tokens as a byte trie: node 0 is the root; a node's `id` is that of the token
-    // ending there (-1: none), its edges sorted by byte. The root's edges are also in a table of
-    // all 256 bytes, since most text bytes start no special token and stop there.
-    struct SpecialNode {
-        std::int64_t id = -1;
-        std::vector<std::pair<unsigned char, std::int32_t>> next;
-    };
-    void add_special(const std::string& token, std::int64_t id);
-    // The byte length of the longest special token that starts at `text[i]`, and its id; 0 when
-    // none does.
-    std::pair<std::size_t, std::int64_t> match_special(std::string_view text, std::size_t i) const;
     template <class F>
     void for_each_piece(std::string_view text, F&& f) const;
     // Steps 1-2 on the characters of a piece without special tokens.
@@ -153,8 +142,7 @@ private:
     std::vector<std::string> vocab_;
     std::unordered_map<std::string, std::int64_t> ids_;
     std::size_t max_token_bytes_ = 0;  // the longest vocabulary entry: no longer piece can match
-    std::vector<SpecialNode> specials_{1};
-    std::array<std::int32_t, 256> special_roots_{};  // the root's edges; 0: none
+    detail::SpecialTokenTrie specials_;  // the special tokens, matched in the raw text
     std::int64_t cls_id_ = 0, sep_id_ = 0, pad_id_ = 0, unk_id_ = 0;
 };
 
@@ -229,52 +217,13 @@ inline BertTokenizer::BertTokenizer(std::vector<std::string> vocab, BertTokenize
     additional.reserve(options_.additional_special_tokens.size());
     for (const std::string& t : options_.additional_special_tokens)
         additional.push_back(special("additional_special_tokens", t));
-    add_special(options_.unk_token, unk_id_);
-    add_special(options_.sep_token, sep_id_);
-    add_special(options_.pad_token, pad_id_);
-    add_special(options_.cls_token, cls_id_);
-    add_special(options_.mask_token, mask_id);
+    specials_.add(options_.unk_token, unk_id_);
+    specials_.add(options_.sep_token, sep_id_);
+    specials_.add(options_.pad_token, pad_id_);
+    specials_.add(options_.cls_token, cls_id_);
+    specials_.add(options_.mask_token, mask_id);
     for (std::size_t i = 0; i < additional.size(); ++i)
-        add_special(options_.additional_special_tokens[i], additional[i]);
-}
-
-inline void BertTokenizer::add_special(const std::string& token, std::int64_t id) {
-    if (token.empty()) return;  // matches nowhere
-    std::size_t node = 0;
-    for (const char ch : token) {
-        const auto byte = static_cast<unsigned char>(ch);
-        auto& next = specials_[node].next;
-        auto it = std::lower_bound(next.begin(), next.end(), byte,
-                                   [](const auto& e, unsigned char b) { return e.first < b; });
-        if (it == next.end() || it->first != byte) {
-            const auto child = static_cast<std::int32_t>(specials_.size());
-            it = next.insert(it, {byte, child});
-            if (node == 0) special_roots_[byte] = child;
-            specials_.emplace_back();  // invalidates `next` and `it`, used no more
-            node = static_cast<std::size_t>(child);
-        } else {
-            node = static_cast<std::size_t>(it->second);
-        }
-    }
-    // The same token listed twice (pad_token = unk_token, say) has the same id both times.
-    specials_[node].id = id;
-}
-
-inline std::pair<std::size_t, std::int64_t> BertTokenizer::match_special(std::string_view text,
-                                                                         std::size_t i) const {
-    std::pair<std::size_t, std::int64_t> best{0, -1};
-    std::int32_t node = special_roots_[static_cast<unsigned char>(text[i])];
-    for (std::size_t k = i + 1; node != 0; ++k) {
-        const SpecialNode& n = specials_[static_cast<std::size_t>(node)];
-        if (n.id >= 0) best = {k - i, n.id};
-        if (k == text.size()) break;
-        const auto byte = static_cast<unsigned char>(text[k]);
-        const auto it =
-            std::lower_bound(n.next.begin(), n.next.end(), byte,
-                             [](const auto& e, unsigned char b) { return e.first < b; });
-        node = it != n.next.end() && it->first == byte ? it->second : 0;
-    }
-    return best;
+        specials_.add(options_.additional_special_tokens[i], additional[i]);
 }
 
 inline BertTokenizer BertTokenizer::from_directory(const std::string& dir,
@@ -381,7 +330,7 @@ void BertTokenizer::for_each_piece(std::string_view text, F&& f) const {
     // number.
     std::size_t start = 0, i = 0;
     while (i < text.size()) {
-        const auto [length, id] = match_special(text, i);
+        const auto [length, id] = specials_.match(text, i);
         if (length == 0) {
             ++i;
             continue;

@@ -9,7 +9,7 @@
 #include <cstdint>  // std::int32_t, std::uint8_t
 #include <vector>   // std::vector
 
-#include "unicode.hpp"
+#include "../../detail/unicode.hpp"
 
 namespace headwise::detail {
 
