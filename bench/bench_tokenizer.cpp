@@ -33,7 +33,8 @@ using headwise::text::BpeTokenizer;
 const std::string& english() {
     static const std::string text = [] {
         std::vector<std::filesystem::path> pages;
-        for (const auto& e : std::filesystem::directory_iterator(std::string(HEADWISE_SOURCE_DIR) + "/docs"))
+        for (const auto& e :
+             std::filesystem::directory_iterator(std::string(HEADWISE_SOURCE_DIR) + "/docs"))
             if (e.path().extension() == ".md") pages.push_back(e.path());
         std::sort(pages.begin(), pages.end());
         std::ostringstream all;
@@ -44,13 +45,14 @@ const std::string& english() {
 }
 
 const BpeTokenizer* tokenizer(int which) {
-    static const std::unique_ptr<BpeTokenizer> small = std::make_unique<BpeTokenizer>(
-        BpeTokenizer::from_tokenizer_json(std::string(HEADWISE_SOURCE_DIR) +
-                                          "/tests/golden/bpe/tokenizer.json"));
+    static const std::unique_ptr<BpeTokenizer> small =
+        std::make_unique<BpeTokenizer>(BpeTokenizer::from_tokenizer_json(
+            std::string(HEADWISE_SOURCE_DIR) + "/tests/golden/bpe/tokenizer.json"));
     static const std::unique_ptr<BpeTokenizer> smollm2 = []() -> std::unique_ptr<BpeTokenizer> {
         const char* path = std::getenv("HEADWISE_SMOLLM2_GGUF");
         if (path == nullptr || *path == '\0') return nullptr;
-        return std::make_unique<BpeTokenizer>(BpeTokenizer::from_gguf(headwise::io::load_gguf(path)));
+        return std::make_unique<BpeTokenizer>(
+            BpeTokenizer::from_gguf(headwise::io::load_gguf(path)));
     }();
     return which == 0 ? small.get() : smollm2.get();
 }

@@ -40,11 +40,26 @@ BpeConfig config() {
     // E4 B8 AD) and join spaces and digits, to give the heap's tie-breaking work.
     const std::string sp = byte_char(' '), nl = byte_char('\n');
     const std::vector<std::pair<std::string, std::string>> merges = {
-        {"a", "a"},   {sp, "t"},       {"h", "e"},          {sp + "t", "he"}, {"aa", "aa"},
-        {"aa", "a"},  {sp, sp},        {sp + sp, sp + sp},  {"1", "2"},       {"12", "3"},
-        {nl, nl},     {"'", "s"},      {byte_char(0xE4), byte_char(0xB8)},
-        {byte_char(0xE4) + byte_char(0xB8), byte_char(0xAD)}, {sp, "a"},     {"b", "a"},
-        {"ba", "aa"}, {"a", "b"},      {"ab", "a"},         {sp + "a", "b"}};
+        {"a", "a"},
+        {sp, "t"},
+        {"h", "e"},
+        {sp + "t", "he"},
+        {"aa", "aa"},
+        {"aa", "a"},
+        {sp, sp},
+        {sp + sp, sp + sp},
+        {"1", "2"},
+        {"12", "3"},
+        {nl, nl},
+        {"'", "s"},
+        {byte_char(0xE4), byte_char(0xB8)},
+        {byte_char(0xE4) + byte_char(0xB8), byte_char(0xAD)},
+        {sp, "a"},
+        {"b", "a"},
+        {"ba", "aa"},
+        {"a", "b"},
+        {"ab", "a"},
+        {sp + "a", "b"}};
     for (const auto& [x, y] : merges) {
         c.merges.emplace_back(x, y);
         bool known = false;
@@ -112,7 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static const std::map<std::string, std::int64_t> index = [] {
         const BpeConfig v = config();
         std::map<std::string, std::int64_t> m;
-        for (std::size_t i = 0; i < v.tokens.size(); ++i) m[v.tokens[i]] = static_cast<std::int64_t>(i);
+        for (std::size_t i = 0; i < v.tokens.size(); ++i)
+            m[v.tokens[i]] = static_cast<std::int64_t>(i);
         return m;
     }();
     const BpeTokenizer& tok = tokenizers[static_cast<std::size_t>(which & 3)];
@@ -136,16 +152,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
         for (std::size_t i = 0; i < s.size();) {
             utf8proc_int32_t ch = 0;
-            const auto n = utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(s.size() - i), &ch);
+            const auto n =
+                utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(s.size() - i), &ch);
             cps.push_back(ch);
             at.push_back(i);
             cls.push_back(headwise::detail::split_class(ch));
             i += static_cast<std::size_t>(n);
         }
         at.push_back(s.size());
-        headwise::detail::split_byte_level(cps, cls, 0, cps.size(), [&](std::size_t a, std::size_t b) {
-            reference_word(c, index, s.substr(at[a], at[b] - at[a]), want);
-        });
+        headwise::detail::split_byte_level(
+            cps, cls, 0, cps.size(), [&](std::size_t a, std::size_t b) {
+                reference_word(c, index, s.substr(at[a], at[b] - at[a]), want);
+            });
     };
     std::size_t begin = 0, i = 0;
     while (i < text.size()) {

@@ -73,8 +73,8 @@ void bert(const std::string& config) {
     try {
         const auto c = headwise::models::BertConfig::from_json_file(config);
         if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_hidden_layers < 1 ||
-            c.num_attention_heads < 1 || c.intermediate_size < 1 ||
-            c.max_position_embeddings < 1 || c.type_vocab_size < 1 || c.pad_token_id < 0 ||
+            c.num_attention_heads < 1 || c.intermediate_size < 1 || c.max_position_embeddings < 1 ||
+            c.type_vocab_size < 1 || c.pad_token_id < 0 ||
             c.hidden_size % c.num_attention_heads != 0 || !(c.layer_norm_eps >= 0.0))
             std::abort();
     } catch (const std::runtime_error& e) {

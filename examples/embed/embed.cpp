@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (!options_done && (arg == "--threads" || arg == "--batch")) {
-            const long long maximum = arg == "--threads"
-                                          ? kMaxThreads
-                                          : static_cast<long long>(
-                                                std::numeric_limits<headwise::Index>::max());
+            const long long maximum =
+                arg == "--threads"
+                    ? kMaxThreads
+                    : static_cast<long long>(std::numeric_limits<headwise::Index>::max());
             const long long v = i + 1 < argc ? positive(argv[i + 1], maximum) : -1;
             if (v < 0) {
                 std::string got = i + 1 < argc ? argv[i + 1] : "nothing";

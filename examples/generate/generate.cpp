@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
     bool has_prompt = false;
     headwise::models::GenerationOptions options;
     std::uint64_t threads = 0;
-    constexpr auto kMaxIndex = static_cast<std::uint64_t>(std::numeric_limits<headwise::Index>::max());
+    constexpr auto kMaxIndex =
+        static_cast<std::uint64_t>(std::numeric_limits<headwise::Index>::max());
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "-h" || arg == "--help") {

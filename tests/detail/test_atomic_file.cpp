@@ -89,10 +89,10 @@ TEST_CASE("a save onto a device, FIFO, socket or a link to one is refused, nothi
             CAPTURE(function, name);
             const std::string path = dir.file(name);
             const Node was = node(path);
-            CHECK_THROWS_MATCHES(save(path), std::runtime_error,
-                                 Message(function + ": " + path + ": is " + kind +
-                                         ", not a regular file"));
-            CHECK(node(path) == was);  // neither replaced nor turned into a file
+            CHECK_THROWS_MATCHES(
+                save(path), std::runtime_error,
+                Message(function + ": " + path + ": is " + kind + ", not a regular file"));
+            CHECK(node(path) == was);              // neither replaced nor turned into a file
             CHECK(listing(dir.path()) == before);  // no temporary file left
         }
     }

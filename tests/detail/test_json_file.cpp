@@ -4,7 +4,7 @@
 #include <headwise/detail/config_file.hpp>
 #include <headwise/detail/json_file.hpp>
 
-#include <sys/stat.h>    // mkfifo
+#include <sys/stat.h>  // mkfifo
 
 #include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // std::uint64_t

@@ -195,7 +195,7 @@ TEST_CASE("generate checks the KV cache length before it allocates", "[generate]
     constexpr Index kMax = std::numeric_limits<Index>::max();
     GenerationOptions options;
 
-    StubModel<true> bounded;  // max_position_embeddings 16
+    StubModel<true> bounded;      // max_position_embeddings 16
     options.max_new_tokens = 12;  // 5 + 12 - 1 = 16 positions: fits
     CHECK_THROWS_AS(headwise::models::generate(bounded, prompts, options), CacheMade);
     CHECK(bounded.capacity == 16);
@@ -206,15 +206,17 @@ TEST_CASE("generate checks the KV cache length before it allocates", "[generate]
                            "the model's config().max_position_embeddings = 16, got 13");
     options.max_new_tokens = kMax;  // past the bound, and past what Index can count
     CHECK_THROWS_WITH(headwise::models::generate(bounded, prompts, options),
-                      fn + "the longest prompt (5 tokens) + max_new_tokens - 1 must be at most "
-                           "the model's config().max_position_embeddings = 16, got " +
+                      fn +
+                          "the longest prompt (5 tokens) + max_new_tokens - 1 must be at most "
+                          "the model's config().max_position_embeddings = 16, got " +
                           std::to_string(kMax));
     CHECK(bounded.capacity == -1);  // refused before make_cache
 
     StubModel<false> unbounded;  // no max_position_embeddings: only what Index can count
     options.max_new_tokens = kMax - 3;
     CHECK_THROWS_WITH(headwise::models::generate(unbounded, prompts, options),
-                      fn + "must keep the prompt length 5 + max_new_tokens - 1 representable, got " +
+                      fn +
+                          "must keep the prompt length 5 + max_new_tokens - 1 representable, got " +
                           std::to_string(kMax - 3));
     CHECK(unbounded.capacity == -1);
     options.max_new_tokens = kMax - 4;  // 5 + (max - 4) - 1 = max

@@ -79,9 +79,8 @@ TEST_CASE("Llama: config.json sizes are checked against the weight file before a
     copy_model(tied, dir, "num_hidden_layers", "100000");
     auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_MATCHES(LlamaForCausalLM<float>::from_pretrained(d), std::invalid_argument,
-                         Message(fn + d +
-                                 "/config.json: num_hidden_layers is 100000, but " + weights +
-                                 " holds 2 layers (model.layers.0 to model.layers.1)"));
+                         Message(fn + d + "/config.json: num_hidden_layers is 100000, but " +
+                                 weights + " holds 2 layers (model.layers.0 to model.layers.1)"));
     CHECK(since(start) < 2.0);
     copy_model(tied, dir, "num_hidden_layers", "1");
     CHECK_THROWS_MATCHES(LlamaForCausalLM<float>::from_pretrained(d), std::invalid_argument,
@@ -241,9 +240,8 @@ TEST_CASE("sentence-transformers files that are no regular files or disagree are
     const std::string fn = "headwise::models::SentenceEmbeddingConfig::from_directory: ";
     // A FIFO: opening it to read would wait for a writer that never comes.
     REQUIRE(::mkfifo(dir.file("modules.json").c_str(), 0600) == 0);
-    CHECK_THROWS_MATCHES(
-        SentenceEmbeddingConfig::from_directory(d), std::runtime_error,
-        Message(fn + d + "/modules.json: is a FIFO, not a regular file"));
+    CHECK_THROWS_MATCHES(SentenceEmbeddingConfig::from_directory(d), std::runtime_error,
+                         Message(fn + d + "/modules.json: is a FIFO, not a regular file"));
     std::filesystem::remove(dir.file("modules.json"));
     std::filesystem::create_symlink("/dev/zero", dir.file("sentence_bert_config.json"));
     CHECK_THROWS_MATCHES(SentenceEmbeddingConfig::from_directory(d), std::runtime_error,

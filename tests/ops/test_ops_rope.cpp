@@ -285,9 +285,13 @@ TEST_CASE("rope_tables refuses the bases and factors the module refuses, before 
     C.fill(7.0);
     S.fill(7.0);
     const std::vector<Index> pos{0, 1, 2};
-    for (const auto& [base, shown] : std::vector<std::pair<double, std::string>>{
-             {0.0, "0"}, {-10000.0, "-1e+04"}, {1.0, "1"}, {0.5, "0.5"}, {kInf, "inf"},
-             {-kInf, "-inf"}}) {
+    for (const auto& [base, shown] :
+         std::vector<std::pair<double, std::string>>{{0.0, "0"},
+                                                     {-10000.0, "-1e+04"},
+                                                     {1.0, "1"},
+                                                     {0.5, "0.5"},
+                                                     {kInf, "inf"},
+                                                     {-kInf, "-inf"}}) {
         CAPTURE(base);
         const std::string message = fn + "base: must be finite and greater than 1, got " + shown;
         CHECK_THROWS_AS(ops::rope_tables<double>(Index{0}, base, 1.0, C.matrix(), S.matrix()),
@@ -305,17 +309,17 @@ TEST_CASE("rope_tables refuses the bases and factors the module refuses, before 
         CAPTURE(factor);
         const std::string message =
             fn + "scaling_factor: must be finite and at least 1, got " + shown;
-        CHECK_THROWS_WITH(ops::rope_tables<float>(Index{0}, 10000.0, factor,
-                                                  Tensor<float>(Shape{3, 2}).matrix(),
-                                                  Tensor<float>(Shape{3, 2}).matrix()),
-                          message);
-        CHECK_THROWS_WITH(ops::rope_tables<double>(pos.data(), 10000.0, factor, C.matrix(),
-                                                   S.matrix()),
-                          message);
+        CHECK_THROWS_WITH(
+            ops::rope_tables<float>(Index{0}, 10000.0, factor, Tensor<float>(Shape{3, 2}).matrix(),
+                                    Tensor<float>(Shape{3, 2}).matrix()),
+            message);
+        CHECK_THROWS_WITH(
+            ops::rope_tables<double>(pos.data(), 10000.0, factor, C.matrix(), S.matrix()), message);
     }
-    CHECK_THROWS_WITH(ops::rope_tables<double>(Index{0}, 10000.0, kNaN, C.matrix(), S.matrix()),
-                      ContainsSubstring(fn + "scaling_factor: must be finite and at least 1, got") &&
-                          ContainsSubstring("nan"));
+    CHECK_THROWS_WITH(
+        ops::rope_tables<double>(Index{0}, 10000.0, kNaN, C.matrix(), S.matrix()),
+        ContainsSubstring(fn + "scaling_factor: must be finite and at least 1, got") &&
+            ContainsSubstring("nan"));
     CHECK_THROWS_WITH(ops::rope_tables<double>(static_cast<const Index*>(nullptr), 10000.0, 1.0,
                                                C.matrix(), S.matrix()),
                       fn + "positions: must point to Cos.rows() positions, got null for 3 rows");

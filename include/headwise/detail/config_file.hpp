@@ -43,8 +43,7 @@ public:
         if (!it->is_number_integer()) fail(key, "expected an integer, got " + describe_json(*it));
         // An unsigned value beyond Index's range would wrap to a negative one in get<Index>().
         const Index most = std::numeric_limits<Index>::max();
-        if (it->is_number_unsigned() &&
-            it->get<std::uint64_t>() > static_cast<std::uint64_t>(most))
+        if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(most))
             fail(key, "expected at most " + std::to_string(most) + ", got " + describe_json(*it));
         const auto v = it->get<Index>();
         if (v < minimum)

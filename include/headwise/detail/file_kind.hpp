@@ -109,13 +109,26 @@ inline std::string special_file_kind(const std::string& path) {
     const fs::file_status st = fs::status(path, ec);  // follows symbolic links
     std::string kind;
     switch (st.type()) {
-        case fs::file_type::directory: kind = "a directory"; break;
-        case fs::file_type::fifo: kind = "a FIFO"; break;
-        case fs::file_type::socket: kind = "a socket"; break;
-        case fs::file_type::character: kind = "a character device"; break;
-        case fs::file_type::block: kind = "a block device"; break;
-        case fs::file_type::unknown: kind = "a file of unknown type"; break;
-        default: return "";  // regular, not found, or not statable (the open then says why)
+        case fs::file_type::directory:
+            kind = "a directory";
+            break;
+        case fs::file_type::fifo:
+            kind = "a FIFO";
+            break;
+        case fs::file_type::socket:
+            kind = "a socket";
+            break;
+        case fs::file_type::character:
+            kind = "a character device";
+            break;
+        case fs::file_type::block:
+            kind = "a block device";
+            break;
+        case fs::file_type::unknown:
+            kind = "a file of unknown type";
+            break;
+        default:
+            return "";  // regular, not found, or not statable (the open then says why)
     }
     if (fs::is_symlink(fs::symlink_status(path, ec))) kind = "a symbolic link to " + kind;
     return kind;

@@ -82,10 +82,9 @@ inline void check_depth(const char* fn, const std::string& path, const std::stri
             in_string = true;
         } else if (c == '[' || c == '{') {
             if (++depth > kMaxJsonDepth)
-                throw std::runtime_error(std::string(fn) + ": " + path +
-                                         ": JSON nested deeper than " +
-                                         std::to_string(kMaxJsonDepth) + " levels (at byte " +
-                                         std::to_string(i) + ")");
+                throw std::runtime_error(
+                    std::string(fn) + ": " + path + ": JSON nested deeper than " +
+                    std::to_string(kMaxJsonDepth) + " levels (at byte " + std::to_string(i) + ")");
         } else if (c == ']' || c == '}') {
             --depth;
         }
@@ -145,8 +144,7 @@ inline nlohmann::json read_json_file(const char* fn, const std::string& path) {
 inline std::string quote_bounded(const std::string& s) {
     const auto quoted = [](const std::string& bytes) {
         // replace: an invalid UTF-8 sequence becomes U+FFFD instead of an exception.
-        return nlohmann::json(bytes).dump(-1, ' ', false,
-                                          nlohmann::json::error_handler_t::replace);
+        return nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     };
     if (s.size() <= kMaxQuotedBytes) return quoted(s);
     std::size_t cut = kMaxQuotedBytes;
@@ -162,18 +160,24 @@ inline std::string describe_json(const nlohmann::json& v) {
         return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
     };
     switch (v.type()) {
-        case Type::null: return "null";
-        case Type::boolean: return v.get<bool>() ? "true" : "false";
+        case Type::null:
+            return "null";
+        case Type::boolean:
+            return v.get<bool>() ? "true" : "false";
         case Type::number_integer:
         case Type::number_unsigned:
-        case Type::number_float: return v.dump();  // a scalar: at most a few dozen characters
-        case Type::string: return quote_bounded(v.get_ref<const std::string&>());
+        case Type::number_float:
+            return v.dump();  // a scalar: at most a few dozen characters
+        case Type::string:
+            return quote_bounded(v.get_ref<const std::string&>());
         case Type::array:
             return v.empty() ? "an empty array" : "an array of " + count(v.size(), "element");
         case Type::object:
             return v.empty() ? "an empty object" : "an object of " + count(v.size(), "key");
-        case Type::binary: return "binary data of " + count(v.get_binary().size(), "byte");
-        case Type::discarded: break;
+        case Type::binary:
+            return "binary data of " + count(v.get_binary().size(), "byte");
+        case Type::discarded:
+            break;
     }
     return "a discarded value";
 }

@@ -291,10 +291,9 @@ inline BertConfig BertConfig::from_json_file(const std::string& path) {
         else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
             c.hidden_act = GeluApproximation::tanh;
         else
-            file.fail(
-                "hidden_act",
-                "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " +
-                    headwise::detail::describe_json(*it));
+            file.fail("hidden_act",
+                      "expected \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got " +
+                          headwise::detail::describe_json(*it));
     }
     file.expect_string("position_embedding_type", "absolute");
     return c;

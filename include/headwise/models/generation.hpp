@@ -112,8 +112,7 @@ std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions
                                Rng& rng) {
     constexpr const char* fn = "headwise::models::choose_next_token";
     if (V < 1)
-        throw_invalid_argument(fn, "V", "must be positive (the logits row [V])",
-                               std::to_string(V));
+        throw_invalid_argument(fn, "V", "must be positive (the logits row [V])", std::to_string(V));
     if (logits == nullptr) throw_invalid_argument(fn, "logits", "must not be null", "null");
     headwise::detail::check_sampling_options(fn, options);
     Index best = 0;  // the highest logit, the lowest id among equal ones

@@ -388,11 +388,11 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     file.integer("max_position_embeddings", c.max_position_embeddings, false, 1);
     file.check_heads_divide(c.hidden_size, c.num_attention_heads);
     if (const Index D = c.hidden_size / c.num_attention_heads; D % 2 != 0)
-        file.fail("num_attention_heads",
-                  "the head dimension hidden_size / num_attention_heads = " +
-                      std::to_string(c.hidden_size) + " / " +
-                      std::to_string(c.num_attention_heads) + " = " + std::to_string(D) +
-                      " must be even (RoPE rotates pairs of features)");
+        file.fail("num_attention_heads", "the head dimension hidden_size / num_attention_heads = " +
+                                             std::to_string(c.hidden_size) + " / " +
+                                             std::to_string(c.num_attention_heads) + " = " +
+                                             std::to_string(D) +
+                                             " must be even (RoPE rotates pairs of features)");
     if (c.num_attention_heads % c.num_key_value_heads != 0)
         file.fail("num_key_value_heads",
                   "must divide num_attention_heads = " + std::to_string(c.num_attention_heads) +
@@ -438,7 +438,7 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     const auto token = [&](const nlohmann::json& v, const char* key) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
             file.fail(key, "expected a non-negative integer or a list of them, got " +
-                                   headwise::detail::describe_json(v));
+                               headwise::detail::describe_json(v));
         return v.get<std::int64_t>();
     };
     if (const auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {

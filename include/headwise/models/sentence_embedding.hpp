@@ -3,19 +3,19 @@
 // from text to embeddings.
 #pragma once
 
-#include <algorithm>   // std::max, std::min, std::sort, std::stable_sort
-#include <cmath>       // std::sqrt
-#include <cstdint>     // std::int64_t
-#include <filesystem>  // std::filesystem::exists, symlink_status
-#include <functional>  // std::function
-#include <limits>      // std::numeric_limits
-#include <numeric>     // std::iota
-#include <optional>    // std::optional
-#include <stdexcept>   // std::runtime_error, std::invalid_argument
-#include <string>      // std::string
+#include <algorithm>     // std::max, std::min, std::sort, std::stable_sort
+#include <cmath>         // std::sqrt
+#include <cstdint>       // std::int64_t
+#include <filesystem>    // std::filesystem::exists, symlink_status
+#include <functional>    // std::function
+#include <limits>        // std::numeric_limits
+#include <numeric>       // std::iota
+#include <optional>      // std::optional
+#include <stdexcept>     // std::runtime_error, std::invalid_argument
+#include <string>        // std::string
 #include <system_error>  // std::error_code
-#include <utility>     // std::move
-#include <vector>      // std::vector
+#include <utility>       // std::move
+#include <vector>        // std::vector
 
 #include "../config.hpp"
 #include "../detail/json_file.hpp"
@@ -152,9 +152,9 @@ inline SentenceEmbeddingConfig SentenceEmbeddingConfig::from_directory(const std
     c.normalize = false;
     for (const nlohmann::json& m : j) {
         if (!m.is_object() || !m.contains("type") || !m["type"].is_string())
-            throw std::runtime_error(std::string(fn) + ": " + modules +
-                                     ": a module without a string \"type\": " +
-                                     headwise::detail::describe_json(m));
+            throw std::runtime_error(
+                std::string(fn) + ": " + modules +
+                ": a module without a string \"type\": " + headwise::detail::describe_json(m));
         const std::string type = m["type"].get<std::string>();
         const std::string path =
             m.contains("path") && m["path"].is_string() ? m["path"].get<std::string>() : "";

@@ -113,8 +113,7 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
     // RotaryEmbedding's rules (check_rotary): base 0 makes theta_i = 0^(-2i / D) infinite and
     // the angles NaN (0 times inf at position 0); a base or factor that is not finite, likewise.
     if (!(std::isfinite(base) && base > 1.0))
-        throw_invalid_argument(fn, "base", "must be finite and greater than 1",
-                               shortest_str(base));
+        throw_invalid_argument(fn, "base", "must be finite and greater than 1", shortest_str(base));
     if (!(std::isfinite(scaling_factor) && scaling_factor >= 1.0))
         throw_invalid_argument(fn, "scaling_factor", "must be finite and at least 1",
                                shortest_str(scaling_factor));

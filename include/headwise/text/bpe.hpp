@@ -26,12 +26,12 @@
 #include <utility>        // std::move, std::pair
 #include <vector>         // std::vector
 
-#include "detail/bpe_split.hpp"
-#include "detail/special_tokens.hpp"
 #include "../detail/json_file.hpp"
 #include "../detail/unicode.hpp"
 #include "../error.hpp"
 #include "../io/gguf.hpp"
+#include "detail/bpe_split.hpp"
+#include "detail/special_tokens.hpp"
 
 namespace headwise::text {
 
@@ -246,10 +246,10 @@ inline BpeTokenizer::BpeTokenizer(BpeConfig config) : config_(std::move(config))
         const auto find = [&](const std::string& t) {
             const auto it = ids.find(t);
             if (it == ids.end())
-                throw_invalid_argument(fn, "config.merges[" + std::to_string(r) + "]",
-                                       "must name tokens of the vocabulary, " +
-                                           bpe_detail::quote(t) + " is not one",
-                                       bpe_detail::quote(a) + " " + bpe_detail::quote(b));
+                throw_invalid_argument(
+                    fn, "config.merges[" + std::to_string(r) + "]",
+                    "must name tokens of the vocabulary, " + bpe_detail::quote(t) + " is not one",
+                    bpe_detail::quote(a) + " " + bpe_detail::quote(b));
             return static_cast<std::int32_t>(it->second);
         };
         const std::int32_t ia = find(a), ib = find(b), im = find(a + b);
@@ -271,7 +271,8 @@ inline BpeTokenizer::BpeTokenizer(BpeConfig config) : config_(std::move(config))
     special_.assign(tokens_.size(), false);
     added_.assign(tokens_.size(), false);
     for (const BpeAddedToken& t : config_.added) {
-        special_[static_cast<std::size_t>(t.id)] = special_[static_cast<std::size_t>(t.id)] || t.special;
+        special_[static_cast<std::size_t>(t.id)] =
+            special_[static_cast<std::size_t>(t.id)] || t.special;
         added_[static_cast<std::size_t>(t.id)] = true;
         tokens_[static_cast<std::size_t>(t.id)] = t.content;
         specials_.add(t.content, t.id);
@@ -378,11 +379,13 @@ inline void BpeTokenizer::encode_segment(std::string_view text, std::size_t offs
     if (start < cps.size()) byte_level(start, cps.size());
 }
 
-inline void BpeTokenizer::encode_word(std::string_view bytes, std::vector<std::int64_t>& out) const {
+inline void BpeTokenizer::encode_word(std::string_view bytes,
+                                      std::vector<std::int64_t>& out) const {
     if (config_.ignore_merges || bytes.size() == 1) {
         std::string mapped;
         for (const char ch : bytes) mapped += byte_chars_[static_cast<unsigned char>(ch)];
-        if (const auto it = ids_.find(mapped); it != ids_.end() && !added_[static_cast<std::size_t>(it->second)]) {
+        if (const auto it = ids_.find(mapped);
+            it != ids_.end() && !added_[static_cast<std::size_t>(it->second)]) {
             out.push_back(it->second);
             return;
         }
@@ -530,24 +533,29 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
     // Ids are dense from 0 over the vocabulary and the added tokens: any id past their number
     // is refused before anything is sized by it.
     const nlohmann::json& added = field(j, "added_tokens");
-    if (!added.is_null() && !added.is_array()) fail("added_tokens", "must be an array" + got(added));
+    if (!added.is_null() && !added.is_array())
+        fail("added_tokens", "must be an array" + got(added));
     const std::size_t limit = vocab.size() + (added.is_array() ? added.size() : 0);
     auto check_id = [&](const std::string& where, const nlohmann::json& id) {
         if (!id.is_number_unsigned()) fail(where, "must be a non-negative integer" + got(id));
         if (id.get<std::uint64_t>() >= limit)
             fail(where, "must be below " + std::to_string(limit) +
-                            " (ids are dense from 0 over the vocabulary and added tokens)" + got(id));
+                            " (ids are dense from 0 over the vocabulary and added tokens)" +
+                            got(id));
         return id.get<std::size_t>();
     };
     std::size_t size = 0;
     for (auto it = vocab.begin(); it != vocab.end(); ++it)
-        size = std::max(size, check_id("model.vocab[" + bpe_detail::quote(it.key()) + "]", *it) + 1);
+        size =
+            std::max(size, check_id("model.vocab[" + bpe_detail::quote(it.key()) + "]", *it) + 1);
     for (std::size_t i = 0; added.is_array() && i < added.size(); ++i)
         if (added[i].is_object())
-            size = std::max(size, check_id("added_tokens[" + std::to_string(i) + "].id",
-                                           field(added[i], "id")) + 1);
+            size = std::max(
+                size,
+                check_id("added_tokens[" + std::to_string(i) + "].id", field(added[i], "id")) + 1);
     std::vector<std::optional<std::string>> tokens(size);
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) tokens[it->get<std::size_t>()] = it.key();
+    for (auto it = vocab.begin(); it != vocab.end(); ++it)
+        tokens[it->get<std::size_t>()] = it.key();
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         const nlohmann::json& v = field(model, key);
         if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
@@ -556,7 +564,8 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
     }
     if (flag(model, "model", "byte_fallback", false))
         fail("model.byte_fallback", "must be false (byte-level BPE needs no fallback), got true");
-    if (const nlohmann::json& d = field(model, "dropout"); !d.is_null() && !(d.is_number() && d.get<double>() == 0.0))
+    if (const nlohmann::json& d = field(model, "dropout");
+        !d.is_null() && !(d.is_number() && d.get<double>() == 0.0))
         fail("model.dropout", "must be null or 0 (encoding is deterministic here)" + got(d));
     c.ignore_merges = flag(model, "model", "ignore_merges", false);
     const nlohmann::json& merges = field(model, "merges");
@@ -579,7 +588,8 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
         }
     }
     const nlohmann::json& unk = field(model, "unk_token");
-    if (!unk.is_null() && !unk.is_string()) fail("model.unk_token", "must be a string or null" + got(unk));
+    if (!unk.is_null() && !unk.is_string())
+        fail("model.unk_token", "must be a string or null" + got(unk));
     // added_tokens
     for (std::size_t i = 0; added.is_array() && i < added.size(); ++i) {
         const nlohmann::json& a = added[i];
@@ -591,7 +601,8 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
             fail(where + ".content", "must be a non-empty string" + got(content));
         for (const char* key : {"single_word", "lstrip", "rstrip"})
             if (flag(a, where, key, false))
-                fail(where + "." + key, "must be false (headwise matches added tokens exactly), got true");
+                fail(where + "." + key,
+                     "must be false (headwise matches added tokens exactly), got true");
         BpeAddedToken t;
         t.content = content.get<std::string>();
         t.id = id.get<std::int64_t>();
@@ -602,17 +613,21 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
     }
     c.tokens.reserve(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-        if (!tokens[i]) fail("model.vocab", "has no token of id " + std::to_string(i) + " (ids must be dense from 0)");
+        if (!tokens[i])
+            fail("model.vocab",
+                 "has no token of id " + std::to_string(i) + " (ids must be dense from 0)");
         c.tokens.push_back(std::move(*tokens[i]));
     }
     if (unk.is_string()) {
         const auto it = std::find(c.tokens.begin(), c.tokens.end(), unk.get<std::string>());
-        if (it == c.tokens.end()) fail("model.unk_token", "must be a token of the vocabulary" + got(unk));
+        if (it == c.tokens.end())
+            fail("model.unk_token", "must be a token of the vocabulary" + got(unk));
         c.unk_id = it - c.tokens.begin();
     }
     // normalizer, pre_tokenizer, decoder, post_processor
     if (const nlohmann::json& norm = field(j, "normalizer"); !norm.is_null())
-        fail("normalizer", "must be null (headwise implements no normalizer for BPE)" + got(field(norm, "type")));
+        fail("normalizer",
+             "must be null (headwise implements no normalizer for BPE)" + got(field(norm, "type")));
     const char* supported =
         "; headwise implements ByteLevel and Sequence[Digits(individual_digits: true), ByteLevel]";
     auto byte_level = [&](const nlohmann::json& p, const std::string& where) {
@@ -634,17 +649,22 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
         byte_level(seq[1], "pre_tokenizer.pretokenizers[1]");
         c.pre_tokenizer = BpePreTokenizer::digits_byte_level;
     } else {
-        fail("pre_tokenizer", "is " + (pre.is_object() ? detail::describe_json(pre_type) : detail::describe_json(pre)) + supported);
+        fail("pre_tokenizer",
+             "is " +
+                 (pre.is_object() ? detail::describe_json(pre_type) : detail::describe_json(pre)) +
+                 supported);
     }
     const nlohmann::json& dec = field(j, "decoder");
     if (!dec.is_null() && field(dec, "type") != "ByteLevel")
-        fail("decoder", "must be ByteLevel or null, got " + detail::describe_json(dec.is_object() ? field(dec, "type") : dec));
+        fail("decoder", "must be ByteLevel or null, got " +
+                            detail::describe_json(dec.is_object() ? field(dec, "type") : dec));
     const nlohmann::json& post = field(j, "post_processor");
     const nlohmann::json& post_type = field(post, "type");
     if (post.is_object() && post_type == "TemplateProcessing") {
         // Only a BOS: single = [{"SpecialToken": {"id": X}}, {"Sequence": {"id": "A"}}].
         const nlohmann::json& single = field(post, "single");
-        const bool plain = single.is_array() && single.size() == 1 && single[0].contains("Sequence");
+        const bool plain =
+            single.is_array() && single.size() == 1 && single[0].contains("Sequence");
         const bool bos = single.is_array() && single.size() == 2 && single[0].is_object() &&
                          single[0].contains("SpecialToken") && single[1].is_object() &&
                          single[1].contains("Sequence");
@@ -652,9 +672,12 @@ inline BpeTokenizer BpeTokenizer::from_json(const nlohmann::json& j, const std::
             fail("post_processor.single", "must be $A or one special token then $A" + got(single));
         if (bos) {
             const nlohmann::json& tid = field(single[0]["SpecialToken"], "id");
-            const auto it = tid.is_string() ? std::find(c.tokens.begin(), c.tokens.end(), tid.get<std::string>()) : c.tokens.end();
+            const auto it = tid.is_string() ? std::find(c.tokens.begin(), c.tokens.end(),
+                                                        tid.get<std::string>())
+                                            : c.tokens.end();
             if (it == c.tokens.end())
-                fail("post_processor.single[0].SpecialToken.id", "must be a token of the vocabulary" + got(tid));
+                fail("post_processor.single[0].SpecialToken.id",
+                     "must be a token of the vocabulary" + got(tid));
             c.bos_id = it - c.tokens.begin();
             c.add_bos = true;
         }
@@ -684,7 +707,8 @@ inline BpeTokenizer BpeTokenizer::from_gguf(const io::GgufFile& file) {
     auto string_of = [&](const std::string& key) -> std::optional<std::string> {
         const io::GgufValue* v = file.find(key);
         if (!v) return std::nullopt;
-        if (v->type() != io::GgufValueType::string) fail(key, "must be a STRING, got " + type_of(*v));
+        if (v->type() != io::GgufValueType::string)
+            fail(key, "must be a STRING, got " + type_of(*v));
         return v->as_string();
     };
     auto strings_of = [&](const std::string& key) {
@@ -706,8 +730,8 @@ inline BpeTokenizer BpeTokenizer::from_gguf(const io::GgufFile& file) {
     const auto model = string_of("tokenizer.ggml.model");
     if (!model) fail("tokenizer.ggml.model", "is missing");
     if (*model != "gpt2")
-        fail("tokenizer.ggml.model", "is " + bpe_detail::quote(*model) +
-                                         "; headwise reads 'gpt2' (byte-level BPE) here");
+        fail("tokenizer.ggml.model",
+             "is " + bpe_detail::quote(*model) + "; headwise reads 'gpt2' (byte-level BPE) here");
     BpeConfig c;
     const std::string pre = string_of("tokenizer.ggml.pre").value_or("default");
     if (pre == "smollm") {
@@ -727,9 +751,9 @@ inline BpeTokenizer BpeTokenizer::from_gguf(const io::GgufFile& file) {
         const std::size_t sp = s.find(' ');
         if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
             s.find(' ', sp + 1) != std::string::npos)
-            fail("tokenizer.ggml.merges", "[" + std::to_string(r) +
-                                              "] must be two tokens and one space between them, got " +
-                                              bpe_detail::quote(s));
+            fail("tokenizer.ggml.merges",
+                 "[" + std::to_string(r) + "] must be two tokens and one space between them, got " +
+                     bpe_detail::quote(s));
         c.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     }
     if (const io::GgufValue* v = file.find("tokenizer.ggml.token_type")) {

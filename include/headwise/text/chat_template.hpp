@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // ChatTemplate: a model's chat template (ChatML, Llama-3, Mistral [INST]) recognised from its Jinja
-// text and applied to a conversation as transformers' apply_chat_template(tokenize=False) renders it.
+// text and applied to a conversation as transformers' apply_chat_template(tokenize=False) renders
+// it.
 #pragma once
 
 #include <cstddef>      // std::size_t
@@ -16,7 +17,8 @@ namespace headwise::text {
 /// The template families ChatTemplate knows.
 enum class ChatTemplateFamily {
     chatml,   // <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen2.5), maybe a default system
-    llama3,   // bos <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> (Llama 3, 3.1, 3.2)
+    llama3,   // bos <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> (Llama
+              // 3, 3.1, 3.2)
     mistral,  // bos [INST] user [/INST]assistant eos (Mistral-7B-Instruct-v0.1/v0.2, Mixtral v0.1)
 };
 
@@ -89,9 +91,9 @@ inline long chat_code_point(std::string_view s, std::size_t i, std::size_t& n) {
 
 /// Python's str.isspace, which Jinja's `trim` (str.strip) uses.
 inline bool chat_is_space(long cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
-           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 /// Jinja's `trim`: Python's str.strip() on the UTF-8 text.
@@ -174,9 +176,7 @@ inline ChatTemplate::ChatTemplate(std::string_view source, std::string bos_token
             llama_strftime_ = chat_contains(source, "strftime_now");
             const std::string_view set = "set date_string = \"";
             const auto at = source.find(set);
-            const auto end = at == std::string_view::npos
-                                 ? at
-                                 : source.find('"', at + set.size());
+            const auto end = at == std::string_view::npos ? at : source.find('"', at + set.size());
             if (end == std::string_view::npos) {
                 refuse("a Llama-3.1 template without a default date_string");
             }

@@ -141,7 +141,7 @@ private:
     BertTokenizerOptions options_;
     std::vector<std::string> vocab_;
     std::unordered_map<std::string, std::int64_t> ids_;
-    std::size_t max_token_bytes_ = 0;  // the longest vocabulary entry: no longer piece can match
+    std::size_t max_token_bytes_ = 0;    // the longest vocabulary entry: no longer piece can match
     detail::SpecialTokenTrie specials_;  // the special tokens, matched in the raw text
     std::int64_t cls_id_ = 0, sep_id_ = 0, pad_id_ = 0, unk_id_ = 0;
 };

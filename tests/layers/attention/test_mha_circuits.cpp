@@ -93,7 +93,8 @@ TEST_CASE("Every head's scores are x_q W_QK x_k^T plus the bias terms, its outpu
           "[circuits]") {
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
-    const CircuitCase c = GENERATE(Catch::Generators::from_range(std::begin(kCases), std::end(kCases)));
+    const CircuitCase c =
+        GENERATE(Catch::Generators::from_range(std::begin(kCases), std::end(kCases)));
     CAPTURE(to_string(projection), c.name);
     MultiheadAttention<double> m(options_of(c, projection), 5);
     test::randomize_parameters(m, 11);
@@ -145,10 +146,12 @@ TEST_CASE("Every head's scores are x_q W_QK x_k^T plus the bias terms, its outpu
     }
 }
 
-TEST_CASE("Circuits: singular values from the factors, rank at most D, dense agrees", "[circuits]") {
+TEST_CASE("Circuits: singular values from the factors, rank at most D, dense agrees",
+          "[circuits]") {
     const Projection projection =
         GENERATE(Projection::fused, Projection::separate, Projection::per_head);
-    const CircuitCase c = GENERATE(Catch::Generators::from_range(std::begin(kCases), std::end(kCases)));
+    const CircuitCase c =
+        GENERATE(Catch::Generators::from_range(std::begin(kCases), std::end(kCases)));
     CAPTURE(to_string(projection), c.name);
     MultiheadAttention<double> m(options_of(c, projection), 8);
     test::randomize_parameters(m, 13);
@@ -222,8 +225,7 @@ TEST_CASE("Rotary modules: the QK circuit of positions m and n, the OV circuit a
                 if (j == 0) s.row(i).tail(p.cols() - S) = sij.row(0).tail(p.cols() - S);
             }
         const Mat d = p.array().log().matrix() - s;
-        for (Index i = 0; i < L; ++i)
-            CHECK((d.row(i).array() - d(i, 0)).abs().maxCoeff() <= 1e-12);
+        for (Index i = 0; i < L; ++i) CHECK((d.row(i).array() - d(i, 0)).abs().maxCoeff() <= 1e-12);
         // The key-input part depends on n - m only.
         const QKCircuit<double> a = qk_circuit(m, h, 1, 4), b = qk_circuit(m, h, 3, 6);
         CHECK((a.weight.dense() - b.weight.dense()).cwiseAbs().maxCoeff() <= 1e-12);

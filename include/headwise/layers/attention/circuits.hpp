@@ -76,9 +76,9 @@ struct QKCircuit {
     using Matrix = RowMatrix<T>;
     using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
-    Index head = 0;     // the query head i
-    Index kv_head = 0;  // the key/value head it reads: i / (H / Hkv)
-    T scale = T(0);     // the module's: options.scale, or 1 / sqrt(D)
+    Index head = 0;            // the query head i
+    Index kv_head = 0;         // the key/value head it reads: i / (H / Hkv)
+    T scale = T(0);            // the module's: options.scale, or 1 / sqrt(D)
     FactoredMatrix<T> weight;  // W_QK [E, kdim]
     bool has_bias = false;     // options.bias; without it the terms below are zero
     Vector query_term;  // [E] scale (W_i^Q)^T b_i^K: x_q . query_term, same for every key: cancels
@@ -123,7 +123,8 @@ struct OVCircuit {
     /// The head's contribution to the output, [L, E], from its probabilities p [L, S + appended]
     /// (as forward returns them with need_weights and average_attn_weights = false) and the value
     /// inputs x_v [S, vdim]; the sum over heads plus out_proj.bias is the layer's output.
-    Matrix contribution(const Eigen::Ref<const Matrix>& p, const Eigen::Ref<const Matrix>& x_v) const;
+    Matrix contribution(const Eigen::Ref<const Matrix>& p,
+                        const Eigen::Ref<const Matrix>& x_v) const;
 };
 
 /// Head `head`'s QK circuit, read from the module's current weights (copied: later changes to the
@@ -136,11 +137,11 @@ QKCircuit<T> qk_circuit(const MultiheadAttention<T>& module, Index head);
 
 /// Head `head`'s QK circuit between a query at position m = query_position and a key at position
 /// n = key_position (forward's positions: query i is at i, key j at j). With options.rotary the
-/// rotated query R_m q and key R_n k score (R_m q) . (R_n k) = q^T R_m^T R_n k, R_m^T R_n = R_(n-m),
-/// so weight = scale (W_i^Q)^T R_(n-m) W_i^K and the bias terms are rotated likewise (they depend
-/// on n - m only); bias_k's column, an unrotated key, depends on m alone:
-/// bias_k_query_term = scale (W_i^Q)^T R_m^T k_b. Without rotary the positions change nothing.
-/// Throws std::invalid_argument for a negative position or a head outside [0, num_heads).
+/// rotated query R_m q and key R_n k score (R_m q) . (R_n k) = q^T R_m^T R_n k, R_m^T R_n =
+/// R_(n-m), so weight = scale (W_i^Q)^T R_(n-m) W_i^K and the bias terms are rotated likewise (they
+/// depend on n - m only); bias_k's column, an unrotated key, depends on m alone: bias_k_query_term
+/// = scale (W_i^Q)^T R_m^T k_b. Without rotary the positions change nothing. Throws
+/// std::invalid_argument for a negative position or a head outside [0, num_heads).
 template <class T>
 QKCircuit<T> qk_circuit(const MultiheadAttention<T>& module, Index head, Index query_position,
                         Index key_position);
@@ -207,10 +208,12 @@ RowMatrix<T> FactoredMatrix<T>::bilinear(const Eigen::Ref<const Matrix>& x,
                                          const Eigen::Ref<const Matrix>& y) const {
     constexpr const char* fn = "headwise::FactoredMatrix::bilinear";
     if (x.cols() != rows())
-        throw shape_error(fn, "x", "[n, " + std::to_string(rows()) + "]", Shape{x.rows(), x.cols()});
+        throw shape_error(fn, "x", "[n, " + std::to_string(rows()) + "]",
+                          Shape{x.rows(), x.cols()});
     if (y.cols() != cols())
-        throw shape_error(fn, "y", "[m, " + std::to_string(cols()) + "]", Shape{y.rows(), y.cols()});
-    const Matrix a = x * left_;                // [n, inner]
+        throw shape_error(fn, "y", "[m, " + std::to_string(cols()) + "]",
+                          Shape{y.rows(), y.cols()});
+    const Matrix a = x * left_;               // [n, inner]
     const Matrix b = y * right_.transpose();  // [m, inner]
     return a * b.transpose();                 // [n, m]
 }
@@ -224,9 +227,9 @@ typename FactoredMatrix<T>::Vector FactoredMatrix<T>::singular_values() const {
         Matrix r = qr.matrixQR().topRows(k).template triangularView<Eigen::Upper>();
         return r;
     };
-    const Matrix r1 = r_factor(left_);                           // [k1, inner]
-    const Matrix r2 = r_factor(Matrix(right_.transpose()));      // [k2, inner]
-    const Matrix small = r1 * r2.transpose();                    // [k1, k2]
+    const Matrix r1 = r_factor(left_);                       // [k1, inner]
+    const Matrix r2 = r_factor(Matrix(right_.transpose()));  // [k2, inner]
+    const Matrix small = r1 * r2.transpose();                // [k1, k2]
     return Eigen::JacobiSVD<Matrix>(small).singularValues();
 }
 
@@ -267,10 +270,10 @@ RowMatrix<T> OVCircuit<T>::contribution(const Eigen::Ref<const Matrix>& p,
     const Index S = x_v.rows();
     const Index extra = p.cols() - S;
     if (extra < 0 || extra > 2)
-        throw shape_error(fn, "p",
-                          "[L, S + appended] with S = " + std::to_string(S) +
-                              " and at most 2 appended keys",
-                          Shape{p.rows(), p.cols()});
+        throw shape_error(
+            fn, "p",
+            "[L, S + appended] with S = " + std::to_string(S) + " and at most 2 appended keys",
+            Shape{p.rows(), p.cols()});
     const Matrix v = weight.apply_to_rows(x_v);  // [S, E]: x_v W_OV^T
     Matrix y = p.leftCols(S) * v;                // [L, E]
     if (has_bias) {
@@ -307,8 +310,8 @@ QKCircuit<T> make_qk_circuit(const MultiheadAttention<T>& m, Index head, const R
     const MultiheadAttentionOptions& o = m.options();
     const Index E = m.embed_dim(), D = m.head_dim(), kdim = m.kdim();
     const HeadParameters<const T> hp = m.head(head);
-    const Matrix Wq = as_row_matrix<T>(hp.q_weight(), D, E);     // [D, E]
-    const Matrix Wk = as_row_matrix<T>(hp.k_weight(), D, kdim);  // [D, kdim]
+    const Matrix Wq = as_row_matrix<T>(hp.q_weight(), D, E);                            // [D, E]
+    const Matrix Wk = as_row_matrix<T>(hp.k_weight(), D, kdim);                         // [D, kdim]
     const Matrix M = A ? Matrix(A->transpose() * *B) : Matrix(Matrix::Identity(D, D));  // [D, D]
     const T scale = attention_scale<T>(o);
     const Matrix left = scale * (Wq.transpose() * M);  // [E, D]
@@ -381,9 +384,9 @@ OVCircuit<T> ov_circuit(const MultiheadAttention<T>& m, Index head) {
     const Index E = m.embed_dim(), D = m.head_dim(), vdim = m.vdim();
     const HeadParameters<const T> hp = m.head(head);
     const Matrix Wv = detail::as_row_matrix<T>(hp.v_weight(), D, vdim);  // [D, vdim]
-    const Matrix Wo = detail::as_row_matrix<T>(detail::circuit_parameter(m, "out_proj.weight"), E,
-                                               E)
-                          .middleCols(head * D, D);  // [E, D]: W^O_i
+    const Matrix Wo =
+        detail::as_row_matrix<T>(detail::circuit_parameter(m, "out_proj.weight"), E, E)
+            .middleCols(head * D, D);  // [E, D]: W^O_i
     OVCircuit<T> c;
     c.head = head;
     c.kv_head = head / (m.num_heads() / m.num_kv_heads());

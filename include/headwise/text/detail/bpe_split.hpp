@@ -31,11 +31,14 @@ inline SplitClass split_class(std::int32_t c) {
         case UTF8PROC_CATEGORY_LL:
         case UTF8PROC_CATEGORY_LT:
         case UTF8PROC_CATEGORY_LM:
-        case UTF8PROC_CATEGORY_LO: return SplitClass::letter;
+        case UTF8PROC_CATEGORY_LO:
+            return SplitClass::letter;
         case UTF8PROC_CATEGORY_ND:
         case UTF8PROC_CATEGORY_NL:
-        case UTF8PROC_CATEGORY_NO: return SplitClass::number;
-        default: return is_whitespace(c) ? SplitClass::space : SplitClass::other;
+        case UTF8PROC_CATEGORY_NO:
+            return SplitClass::number;
+        default:
+            return is_whitespace(c) ? SplitClass::space : SplitClass::other;
     }
 }
 

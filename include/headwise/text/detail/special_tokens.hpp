@@ -2,10 +2,10 @@
 // The special tokens a tokenizer finds in raw text before anything else, as a byte trie.
 #pragma once
 
-#include <algorithm>  // std::lower_bound
-#include <array>      // std::array
-#include <cstddef>    // std::size_t
-#include <cstdint>    // std::int32_t, std::int64_t
+#include <algorithm>    // std::lower_bound
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int32_t, std::int64_t
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <utility>      // std::pair
