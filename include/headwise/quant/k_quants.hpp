@@ -40,6 +40,10 @@ struct Q6K {
     static constexpr Index kBytes = 210;
 };
 
+/// Q4_K's 6-bit scale `sc` and minimum `m` of sub-block j (0 to 7), from the 12 bytes of
+/// scales and minima at `scales` (the block's bytes [4, 16)).
+constexpr void q4_k_scale_min(const std::uint8_t* scales, int j, int& sc, int& m) noexcept;
+
 /// The 256 values of one Q4_K block at `block` into out[0, 256).
 void dequantize_block_q4_k(const std::uint8_t* block, float* out) noexcept;
 /// The 256 values of one Q6_K block at `block` into out[0, 256).
@@ -51,20 +55,25 @@ void dequantize_row_q6_k(const std::uint8_t* src, float* dst, Index n) noexcept;
 
 // ---- definitions -----------------------------------------------------------------------------
 
+constexpr void q4_k_scale_min(const std::uint8_t* scales, int j, int& sc, int& m) noexcept {
+    const std::uint8_t* b = scales;
+    if (j < 4) {
+        sc = b[j] & 63;
+        m = b[j + 4] & 63;
+    } else {
+        sc = (b[j + 4] & 0x0F) | ((b[j - 4] >> 2) & 0x30);
+        m = (b[j + 4] >> 4) | ((b[j] >> 2) & 0x30);
+    }
+}
+
 inline void dequantize_block_q4_k(const std::uint8_t* block, float* out) noexcept {
     const float d = half_to_float(detail::load_u16(block));
     const float dmin = half_to_float(detail::load_u16(block + 2));
     const std::uint8_t* b = block + 4;
     const std::uint8_t* qs = block + 16;
     for (int j = 0; j < 8; ++j) {
-        int sc, m;
-        if (j < 4) {
-            sc = b[j] & 63;
-            m = b[j + 4] & 63;
-        } else {
-            sc = (b[j + 4] & 0x0F) | ((b[j - 4] >> 2) & 0x30);
-            m = (b[j + 4] >> 4) | ((b[j] >> 2) & 0x30);
-        }
+        int sc = 0, m = 0;
+        q4_k_scale_min(b, j, sc, m);
         const float dl = d * static_cast<float>(sc);
         const float ml = dmin * static_cast<float>(m);
         const std::uint8_t* q = qs + 32 * (j / 2);

@@ -120,7 +120,7 @@ struct Avx2Q4_K {
         const std::uint8_t* p = row + (blk / 8) * 144;
         const int j = static_cast<int>(blk % 8);
         int sc, m;
-        q4_k_scale_min(p + 4, j, sc, m);
+        quant::q4_k_scale_min(p + 4, j, sc, m);
         // [d sc, -(dmin m)], each product rounded to float as dequantization rounds it.
         dm = _mm_mul_ps(avx2_half_pair(p),
                         _mm_setr_ps(static_cast<float>(sc), static_cast<float>(m), 0.0f, 0.0f));

@@ -7,7 +7,9 @@
 #include <cstring>  // std::memcpy
 
 #include "../../config.hpp"
+#include "../../quant/detail/numpy_float.hpp"
 #include "../../quant/half.hpp"
+#include "../../quant/k_quants.hpp"
 #include "../../quant/types.hpp"
 
 namespace headwise::detail {
@@ -41,21 +43,6 @@ struct WeightBlock32 {
     float mw;
 };
 
-inline std::uint16_t quant_load_u16(const std::uint8_t* p) noexcept {
-    return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
-}
-
-/// Q4_K's 6-bit scale and minimum of sub-block j (layout in quant/k_quants.hpp).
-inline void q4_k_scale_min(const std::uint8_t* b, int j, int& sc, int& m) noexcept {
-    if (j < 4) {
-        sc = b[j] & 63;
-        m = b[j + 4] & 63;
-    } else {
-        sc = (b[j + 4] & 0x0F) | ((b[j - 4] >> 2) & 0x30);
-        m = (b[j + 4] >> 4) | ((b[j] >> 2) & 0x30);
-    }
-}
-
 /// Block `blk` (of 32 values) of a row of `type` at `row`, unpacked.
 inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
                            WeightBlock32& out) noexcept {
@@ -65,7 +52,7 @@ inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
     switch (type) {
         case Type::q8_0: {
             const std::uint8_t* p = row + blk * 34;
-            out.dw = quant::half_to_float(quant_load_u16(p));
+            out.dw = quant::half_to_float(quant::detail::load_u16(p));
             std::memcpy(out.q, p + 2, 32);
             return;
         }
@@ -73,8 +60,8 @@ inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
         case Type::q4_1: {
             const bool affine = type == Type::q4_1;
             const std::uint8_t* p = row + blk * (affine ? 20 : 18);
-            out.dw = quant::half_to_float(quant_load_u16(p));
-            if (affine) out.mw = quant::half_to_float(quant_load_u16(p + 2));
+            out.dw = quant::half_to_float(quant::detail::load_u16(p));
+            if (affine) out.mw = quant::half_to_float(quant::detail::load_u16(p + 2));
             const std::uint8_t* qs = p + (affine ? 4 : 2);
             const int offset = affine ? 0 : 8;
             for (int l = 0; l < 16; ++l) {
@@ -87,8 +74,8 @@ inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
         case Type::q5_1: {
             const bool affine = type == Type::q5_1;
             const std::uint8_t* p = row + blk * (affine ? 24 : 22);
-            out.dw = quant::half_to_float(quant_load_u16(p));
-            if (affine) out.mw = quant::half_to_float(quant_load_u16(p + 2));
+            out.dw = quant::half_to_float(quant::detail::load_u16(p));
+            if (affine) out.mw = quant::half_to_float(quant::detail::load_u16(p + 2));
             const std::uint8_t* h = p + (affine ? 4 : 2);
             const std::uint32_t qh =
                 static_cast<std::uint32_t>(h[0]) | (static_cast<std::uint32_t>(h[1]) << 8) |
@@ -107,10 +94,11 @@ inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
             const std::uint8_t* p = row + (blk / 8) * 144;
             const int j = static_cast<int>(blk % 8);
             int sc, m;
-            q4_k_scale_min(p + 4, j, sc, m);
+            quant::q4_k_scale_min(p + 4, j, sc, m);
             // The products as dequantization rounds them: d sc and dmin m, each to float.
-            out.dw = quant::half_to_float(quant_load_u16(p)) * static_cast<float>(sc);
-            out.mw = -(quant::half_to_float(quant_load_u16(p + 2)) * static_cast<float>(m));
+            out.dw = quant::half_to_float(quant::detail::load_u16(p)) * static_cast<float>(sc);
+            out.mw =
+                -(quant::half_to_float(quant::detail::load_u16(p + 2)) * static_cast<float>(m));
             const std::uint8_t* q = p + 16 + 32 * (j / 2);
             const int shift = 4 * (j % 2);
             for (int l = 0; l < 32; ++l)
@@ -121,7 +109,7 @@ inline void unpack_block32(quant::Type type, const std::uint8_t* row, Index blk,
             const std::uint8_t* p = row + (blk / 8) * 210;
             const int j = static_cast<int>(blk % 8);  // values [32 j, 32 j + 32) of the block
             const auto* scales = reinterpret_cast<const std::int8_t*>(p + 192);
-            out.dw = quant::half_to_float(quant_load_u16(p + 208));
+            out.dw = quant::half_to_float(quant::detail::load_u16(p + 208));
             out.sc[0] = scales[2 * j];
             out.sc[1] = scales[2 * j + 1];
             const int h = j / 4, r0 = 32 * (j % 4);
@@ -147,7 +135,7 @@ inline float float_type_value(quant::Type type, const std::uint8_t* row, Index i
         std::memcpy(&v, row + 4 * i, sizeof v);
         return v;
     }
-    const std::uint16_t h = quant_load_u16(row + 2 * i);
+    const std::uint16_t h = quant::detail::load_u16(row + 2 * i);
     if (type == quant::Type::f16) return quant::half_to_float(h);
     const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;  // bf16: the float's top half
     float v;
