@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
-// The calls a Tape records: module forwards, attention, add, reshape, concat_last, losses.
+// The calls a Tape records: module forwards (any module, through module_traits), attention, add,
+// reshape, concat_last, losses; tensor_functions.hpp adds slicing, reductions and products.
 #pragma once
 
-#include <algorithm>  // std::copy_n
-#include <cstddef>    // std::size_t
-#include <cstdint>    // std::int64_t
-#include <memory>     // std::shared_ptr, std::make_shared
-#include <stdexcept>  // std::invalid_argument
-#include <string>     // std::string, std::to_string
-#include <utility>    // std::move
-#include <vector>     // std::vector
+#include <algorithm>    // std::copy_n
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int64_t
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <stdexcept>    // std::invalid_argument
+#include <string>       // std::string, std::to_string
+#include <tuple>        // std::tuple, std::forward_as_tuple
+#include <type_traits>  // std::enable_if_t
+#include <utility>      // std::forward, std::move, std::make_index_sequence
+#include <vector>       // std::vector
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -22,6 +26,8 @@
 #include "../layers/linear.hpp"
 #include "../layers/relu.hpp"
 #include "../layers/rms_norm.hpp"
+#include "../layers/swiglu.hpp"
+#include "../layers/transformer_decoder_layer.hpp"
 #include "../layers/transformer_encoder_layer.hpp"
 #include "../losses/cross_entropy.hpp"
 #include "../losses/mse.hpp"
@@ -29,40 +35,44 @@
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "../tensor_ops/concat.hpp"
+#include "detail/apply_module.hpp"
 #include "detail/recorded_call.hpp"
+#include "module_traits.hpp"
 #include "tape.hpp"
+#include "tensor_functions.hpp"
 
 namespace headwise::autograd {
 
 // Each function runs the module's own forward, and when its tape records, saves what the
 // module's own backward takes and records that backward; none computes a layer itself.
 
-/// y = m.forward(x) for the modules whose backward takes the forward's input again: Linear,
-/// LayerNorm, RMSNorm, GELU, ReLU.
-template <class T>
-Var<T> apply(Linear<T>& m, const Var<T>& x);
-template <class T>
-Var<T> apply(LayerNorm<T>& m, const Var<T>& x);
-template <class T>
-Var<T> apply(RMSNorm<T>& m, const Var<T>& x);
-template <class T>
-Var<T> apply(GELU<T>& m, const Var<T>& x);
-template <class T>
-Var<T> apply(ReLU<T>& m, const Var<T>& x);
-/// Dropout (its mask is drawn again by backward, nothing stored).
-template <class T>
-Var<T> apply(Dropout<T>& m, const Var<T>& x);
+/// Records m's forward on the tape, for any module M that meets one of the backward conventions
+/// of module_traits.hpp (no overload per module type):
+///   on_input   Tensor<T> forward(x), Tensor<T> backward(x, dy): Linear, LayerNorm, RMSNorm,
+///              GELU, ReLU, and any module like them; the call saves x.
+///   record     R forward(x, extra...) with R::output, Tensor<T> backward(const R&, dy): Dropout,
+///              SwiGLU, TransformerEncoderLayer (extra: its masks); the call saves R.
+///   gradients  R forward(x_1, ..., x_N, extra...), G backward(const R&, dy), G's N fields
+///              named by gradient_fields<G>: MultiheadAttention (query, key, value),
+///              TransformerDecoderLayer (tgt, memory). apply(m, x, extra...) passes the one Var
+///              x as every input (self-attention) and gives it the sum of their gradients;
+///              apply(m, x_1, ..., x_N, extra...) gives each Var its own.
+/// `extra` are the forward's non-tensor arguments (masks), passed as they are. Error messages
+/// name the function "headwise::autograd::apply(Name)", Name being the last component of
+/// M::kName, and the Var arguments x (and the gradient field names for N Vars). A call is
+/// recorded when the tape records and an input is recorded or m has parameters
+/// (m.parameter_count() > 0; a module without parameter_count() is taken to have some). A
+/// module whose record holds saved activations (a member `saved`, as SwiGLUForward,
+/// AttentionForward) must be in training mode on a recording tape (std::invalid_argument
+/// otherwise: in eval mode it saves nothing for backward; record with a no-grad tape instead);
+/// off the tape its activations are freed at once.
+template <class M, class... Args, class Traits = detail::traits_for_t<M, Args...>,
+          std::enable_if_t<Traits::convention != BackwardConvention::none, int> = 0>
+Var<typename M::value_type> apply(M& m, const Var<typename M::value_type>& x, Args&&... args);
+
 /// Rows of m's table for `indices` (copied); the tape is named since no Var comes in.
 template <class T>
 Var<T> apply(Embedding<T>& m, Tape<T>& tape, TensorView<const std::int64_t> indices);
-/// One encoder layer; on a recording tape the layer must be in training mode (in eval mode it
-/// saves nothing for backward: record with a no-grad tape instead).
-template <class T>
-Var<T> apply(TransformerEncoderLayer<T>& m, const Var<T>& x, const AttentionMasks<T>& masks = {});
-/// Self-attention m(x, x, x, masks).output; x's gradient is query + key + value. The same
-/// training-mode rule as the encoder layer.
-template <class T>
-Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>& masks = {});
 
 /// Attention of `query` over `key` and `value` (cross-attention, or any call with distinct
 /// arguments): m(query, key, value, masks).output, each argument getting its own gradient (summed
@@ -95,40 +105,16 @@ Var<T> mse_loss(const Var<T>& input, TensorView<const T> target,
 
 // ---- definitions ----------------------------------------------------------------------------
 
-template <class T>
-Var<T> apply(Linear<T>& m, const Var<T>& x) {
-    return detail::apply_on_input("headwise::autograd::apply(Linear)", m, x, true);
-}
-template <class T>
-Var<T> apply(LayerNorm<T>& m, const Var<T>& x) {
-    return detail::apply_on_input("headwise::autograd::apply(LayerNorm)", m, x, true);
-}
-template <class T>
-Var<T> apply(RMSNorm<T>& m, const Var<T>& x) {
-    return detail::apply_on_input("headwise::autograd::apply(RMSNorm)", m, x, true);
-}
-template <class T>
-Var<T> apply(GELU<T>& m, const Var<T>& x) {
-    return detail::apply_on_input("headwise::autograd::apply(GELU)", m, x, false);
-}
-template <class T>
-Var<T> apply(ReLU<T>& m, const Var<T>& x) {
-    return detail::apply_on_input("headwise::autograd::apply(ReLU)", m, x, false);
-}
-
-template <class T>
-Var<T> apply(Dropout<T>& m, const Var<T>& x) {
-    constexpr const char* fn = "headwise::autograd::apply(Dropout)";
-    Tape<T>& tape = detail::tape_of(fn, "x", x);
-    const bool rec = tape.begin_call(fn, {&x}, {"x"}, false);
-    auto f = std::make_shared<DropoutForward<T>>(m.forward(x.value()));
-    TensorView<const T> yv = f->output;
-    if (!rec) return tape.constant(std::move(f), yv);
-    // The record is kept whole (backward checks dy against its output), the Var viewing it.
-    std::shared_ptr<const DropoutForward<T>> saved = f;
-    return tape.record(std::move(f), yv, [&tape, &m, x, saved](TensorView<const T> dy) {
-        tape.accumulate(x, m.backward(*saved, dy));
-    });
+template <class M, class... Args, class Traits,
+          std::enable_if_t<Traits::convention != BackwardConvention::none, int>>
+Var<typename M::value_type> apply(M& m, const Var<typename M::value_type>& x, Args&&... args) {
+    using T = typename M::value_type;
+    constexpr std::size_t vars = detail::split_vars<T, std::tuple<Args...>>::vars + 1;
+    auto all = std::forward_as_tuple(x, std::forward<Args>(args)...);
+    return detail::apply_split<Traits, vars>(
+        detail::apply_name<M>(), m, std::move(all),
+        std::make_index_sequence<vars>{},
+        std::make_index_sequence<sizeof...(Args) + 1 - vars>{});
 }
 
 template <class T>
@@ -145,68 +131,12 @@ Var<T> apply(Embedding<T>& m, Tape<T>& tape, TensorView<const std::int64_t> indi
 }
 
 template <class T>
-Var<T> apply(TransformerEncoderLayer<T>& m, const Var<T>& x, const AttentionMasks<T>& masks) {
-    constexpr const char* fn = "headwise::autograd::apply(TransformerEncoderLayer)";
-    Tape<T>& tape = detail::tape_of(fn, "x", x);
-    const bool rec = tape.begin_call(fn, {&x}, {"x"}, true);
-    detail::check_training(fn, m, rec);
-    auto f = std::make_shared<TransformerEncoderLayerForward<T>>(m.forward(x.value(), masks));
-    TensorView<const T> yv = f->output;
-    if (!rec) {
-        f->saved.reset();  // a training-mode forward's activations: not needed
-        return tape.constant(std::move(f), yv);
-    }
-    std::shared_ptr<const TransformerEncoderLayerForward<T>> saved = f;
-    return tape.record(std::move(f), yv, [&tape, &m, x, saved](TensorView<const T> dy) {
-        tape.accumulate(x, m.backward(*saved, dy));
-    });
-}
-
-template <class T>
-Var<T> apply(MultiheadAttention<T>& m, const Var<T>& x, const AttentionMasks<T>& masks) {
-    constexpr const char* fn = "headwise::autograd::apply(MultiheadAttention)";
-    Tape<T>& tape = detail::tape_of(fn, "x", x);
-    const bool rec = tape.begin_call(fn, {&x}, {"x"}, true);
-    detail::check_training(fn, m, rec);
-    auto f =
-        std::make_shared<AttentionForward<T>>(m.forward(x.value(), x.value(), x.value(), masks));
-    TensorView<const T> yv = f->output;
-    if (!rec) {
-        f->saved.reset();
-        return tape.constant(std::move(f), yv);
-    }
-    std::shared_ptr<const AttentionForward<T>> saved = f;
-    return tape.record(std::move(f), yv, [&tape, &m, x, saved](TensorView<const T> dy) {
-        // The encoder layer's order of the sum: query + (key + value); no sum when x is data.
-        AttentionGradients<T> g = m.backward(*saved, dy);
-        if (!x.recorded()) return;
-        g.query.matrix() += g.key.matrix() + g.value.matrix();
-        tape.accumulate(x, std::move(g.query));
-    });
-}
-
-template <class T>
 Var<T> attention(MultiheadAttention<T>& m, const Var<T>& query, const Var<T>& key,
                  const Var<T>& value, const AttentionMasks<T>& masks) {
-    constexpr const char* fn = "headwise::autograd::attention";
-    Tape<T>& tape = detail::tape_of(fn, "query", query);
-    const bool rec = tape.begin_call(fn, {&query, &key, &value}, {"query", "key", "value"}, true);
-    detail::check_training(fn, m, rec);
-    auto f = std::make_shared<AttentionForward<T>>(
-        m.forward(query.value(), key.value(), value.value(), masks));
-    TensorView<const T> yv = f->output;
-    if (!rec) {
-        f->saved.reset();
-        return tape.constant(std::move(f), yv);
-    }
-    std::shared_ptr<const AttentionForward<T>> saved = f;
-    return tape.record(std::move(f), yv,
-                       [&tape, &m, query, key, value, saved](TensorView<const T> dy) {
-                           AttentionGradients<T> g = m.backward(*saved, dy);
-                           tape.accumulate(query, std::move(g.query));
-                           tape.accumulate(key, std::move(g.key));
-                           tape.accumulate(value, std::move(g.value));
-                       });
+    using Traits = module_traits<MultiheadAttention<T>, 3, const AttentionMasks<T>&>;
+    const std::array<Var<T>, 3> x{query, key, value};
+    return detail::apply_module<Traits>("headwise::autograd::attention", m, x,
+                                        gradient_fields<AttentionGradients<T>>::names, masks);
 }
 
 template <class T>

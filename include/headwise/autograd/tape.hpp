@@ -105,6 +105,14 @@ public:
     /// requires_grad (and a recording tape) backward keeps its gradient, read with grad(); without,
     /// it is a constant that backward does not reach.
     Var<T> input(Tensor<T> value, bool requires_grad = false);
+    /// A module parameter as a Var, viewing `value` without a copy (for weights used outside the
+    /// module's own forward: a tied LM head's logits = h E^T with E the embedding table, e.g.
+    /// `auto p = embedding.parameters()[0]; tape.parameter(p.value, p.grad)`). On a recording
+    /// tape backward ADDS the parameter's gradient into `grad` (the module's gradient, summed with
+    /// what the module's own backward adds); tape.grad() does not hold it. Both views must stay
+    /// valid and `value` unchanged until backward has run. Throws shape_error (naming
+    /// headwise::autograd::Tape::parameter and grad) when grad's shape is not value's.
+    Var<T> parameter(TensorView<T> value, TensorView<T> grad);
 
     /// Backpropagates from `loss`, which must hold one element, with seed d loss = 1. Throws
     /// std::invalid_argument (before any gradient changes) for a Var of another tape, of an
@@ -241,6 +249,19 @@ Var<T> Tape<T>::input(Tensor<T> value, bool requires_grad) {
     nodes_.push_back(std::move(n));
     v.node_ = nodes_.size() - 1;
     return v;
+}
+
+template <class T>
+Var<T> Tape<T>::parameter(TensorView<T> value, TensorView<T> grad) {
+    headwise::detail::check_shape("headwise::autograd::Tape::parameter", "grad", grad.shape(),
+                                  value.shape());
+    if (done_) new_recording();
+    const TensorView<const T> view = value;
+    if (!recording_) return constant(nullptr, view);
+    // A node without inputs whose backward adds d value into the module's gradient.
+    return record(nullptr, view, [grad](TensorView<const T> dy) {
+        for (Index i = 0; i < dy.numel(); ++i) grad.data()[i] += dy.data()[i];
+    });
 }
 
 template <class T>

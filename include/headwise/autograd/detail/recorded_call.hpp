@@ -4,8 +4,9 @@
 
 #include <memory>     // std::shared_ptr, std::make_shared
 #include <stdexcept>  // std::invalid_argument
-#include <string>     // std::string
-#include <utility>    // std::move
+#include <string>       // std::string
+#include <type_traits>  // std::false_type, std::true_type, std::void_t
+#include <utility>      // std::move
 
 #include "../../config.hpp"
 #include "../../losses/reduction.hpp"
@@ -15,17 +16,18 @@
 
 namespace headwise::autograd::detail {
 
-/// For the modules whose backward is `Tensor<T> backward(x, dy)`.
-template <class T, class M>
-Var<T> apply_on_input(const char* fn, M& m, const Var<T>& x, bool has_parameters) {
-    Tape<T>& tape = Tape<T>::of(fn, "x", x);
-    const bool rec = tape.begin_call(fn, {&x}, {"x"}, has_parameters);
-    auto y = std::make_shared<Tensor<T>>(m.forward(x.value()));
-    TensorView<const T> yv = *y;
-    if (!rec) return tape.constant(std::move(y), yv);
-    return tape.record(std::move(y), yv, [&tape, &m, x](TensorView<const T> dy) {
-        tape.accumulate(x, m.backward(x.value(), dy));
-    });
+template <class M, class = void>
+struct has_kname : std::false_type {};
+template <class M>
+struct has_kname<M, std::void_t<decltype(std::string(M::kName))>> : std::true_type {};
+
+/// M::kName ("headwise::Linear"), or "module" for a module without one.
+template <class M>
+const char* module_name() {
+    if constexpr (has_kname<M>::value)
+        return M::kName;
+    else
+        return "module";
 }
 
 template <class T>
@@ -38,7 +40,7 @@ Tape<T>& tape_of(const char* fn, const char* argument, const Var<T>& v) {
 template <class M>
 void check_training(const char* fn, const M& m, bool rec) {
     if (rec && !m.is_training())
-        throw std::invalid_argument(std::string(fn) + ": m: " + M::kName +
+        throw std::invalid_argument(std::string(fn) + ": m: " + module_name<M>() +
                                     " is in eval mode, which saves nothing for backward; call "
                                     "train(), or run it on a tape in no-grad mode");
 }
