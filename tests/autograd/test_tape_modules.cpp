@@ -41,11 +41,9 @@ static_assert(module_traits<headwise::Linear<double>, 1>::convention ==
 static_assert(module_traits<headwise::RMSNorm<float>, 1>::convention ==
               BackwardConvention::on_input);
 static_assert(module_traits<headwise::GELU<float>, 1>::convention == BackwardConvention::on_input);
-static_assert(module_traits<headwise::Dropout<float>, 1>::convention ==
-              BackwardConvention::record);
+static_assert(module_traits<headwise::Dropout<float>, 1>::convention == BackwardConvention::record);
 static_assert(!module_traits<headwise::Dropout<float>, 1>::saves_activations);
-static_assert(module_traits<headwise::SwiGLU<double>, 1>::convention ==
-              BackwardConvention::record);
+static_assert(module_traits<headwise::SwiGLU<double>, 1>::convention == BackwardConvention::record);
 static_assert(module_traits<headwise::SwiGLU<double>, 1>::saves_activations);
 static_assert(module_traits<headwise::TransformerEncoderLayer<double>, 1,
                             const headwise::AttentionMasks<double>&>::convention ==
@@ -88,7 +86,8 @@ void perturb_norms(Block& block, std::uint64_t seed) {
     headwise::Generator rng(seed);
     for (auto& p : block.parameters())
         if (p.name.find("0.weight") != std::string::npos && p.value.rank() == 1)
-            for (Index i = 0; i < p.value.numel(); ++i) p.value.data()[i] += 0.3 * headwise::normal(rng);
+            for (Index i = 0; i < p.value.numel(); ++i)
+                p.value.data()[i] += 0.3 * headwise::normal(rng);
 }
 
 /// The module of a user: y = x ⊙ x, with the on_input convention and no overload of apply.

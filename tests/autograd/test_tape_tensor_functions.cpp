@@ -105,12 +105,18 @@ TEST_CASE("tape functions: slice and index_select against loops and gradcheck") 
     Tensor<double> g_ref(x0.shape());
     for (Index b = 0; b < 2; ++b)
         for (Index i = 0; i < 3; ++i)
-            for (Index e = 0; e < 3; ++e) g_ref(b, ids_v[static_cast<std::size_t>(i)], e) += dy2(b, i, e);
+            for (Index e = 0; e < 3; ++e)
+                g_ref(b, ids_v[static_cast<std::size_t>(i)], e) += dy2(b, i, e);
     CHECK(identical<double>(g, g_ref));
     const auto sel = check([&](const auto& v) { return ag::index_select(v[0], 1, ids); }, {x0});
     CHECK(sel.ok);
     CHECK(sel.checked == x0.numel());
-    const auto sel0 = check([&](const auto& v) { return ag::index_select(v[0], 0, TensorView<const std::int64_t>(ids_v.data() + 1, Shape{1})); }, {x0});
+    const auto sel0 = check(
+        [&](const auto& v) {
+            return ag::index_select(v[0], 0,
+                                    TensorView<const std::int64_t>(ids_v.data() + 1, Shape{1}));
+        },
+        {x0});
     CHECK(sel0.ok);
 }
 
@@ -153,9 +159,12 @@ TEST_CASE("tape functions: sum, mean and max over a dimension with and without p
     CHECK(ag::mean(xc, 1, m).value()(2, 0) == 0.0);
     CHECK(ag::max(xc, 1, m).value()(2, 1) == 0.0);
 
-    CHECK(identical<double>(grad_of([&](const Var<double>& v) { return ag::sum(v, 1, m); }, x0, dy), dsum));
-    CHECK(identical<double>(grad_of([&](const Var<double>& v) { return ag::mean(v, 1, m); }, x0, dy), dmean));
-    CHECK(identical<double>(grad_of([&](const Var<double>& v) { return ag::max(v, 1, m); }, x0, dy), dmax));
+    CHECK(identical<double>(grad_of([&](const Var<double>& v) { return ag::sum(v, 1, m); }, x0, dy),
+                            dsum));
+    CHECK(identical<double>(
+        grad_of([&](const Var<double>& v) { return ag::mean(v, 1, m); }, x0, dy), dmean));
+    CHECK(identical<double>(grad_of([&](const Var<double>& v) { return ag::max(v, 1, m); }, x0, dy),
+                            dmax));
 
     for (int which = 0; which < 3; ++which) {
         CAPTURE(which);
@@ -180,7 +189,8 @@ TEST_CASE("tape functions: sum, mean and max over a dimension with and without p
     // Without a mask mean is sum / S.
     const Tensor<double> plain_mean = Tensor<double>(ag::mean(xc, 1).value());
     const Tensor<double> plain_sum = Tensor<double>(ag::sum(xc, 1).value());
-    for (Index i = 0; i < plain_mean.numel(); ++i) CHECK(plain_mean.data()[i] == plain_sum.data()[i] / 4.0);
+    for (Index i = 0; i < plain_mean.numel(); ++i)
+        CHECK(plain_mean.data()[i] == plain_sum.data()[i] / 4.0);
 }
 
 TEST_CASE("tape functions: max takes the first maximum and propagates NaN") {
@@ -211,9 +221,11 @@ TEST_CASE("tape functions: mul, matmul_transposed and scale against loops and gr
     // One Var twice: d(a ⊙ a) = 2 a dy.
     const Tensor<double> dy = Tensor<double>::randn(a0.shape(), rng);
     const Tensor<double> g = grad_of([](const Var<double>& v) { return v * v; }, a0, dy);
-    for (Index i = 0; i < a0.numel(); ++i) CHECK(g.data()[i] == dy.data()[i] * a0.data()[i] + dy.data()[i] * a0.data()[i]);
+    for (Index i = 0; i < a0.numel(); ++i)
+        CHECK(g.data()[i] == dy.data()[i] * a0.data()[i] + dy.data()[i] * a0.data()[i]);
 
-    const auto mm = check([](const auto& v) { return ag::matmul_transposed(v[0], v[1]); }, {a0, w0});
+    const auto mm =
+        check([](const auto& v) { return ag::matmul_transposed(v[0], v[1]); }, {a0, w0});
     CHECK(mm.ok);
     CHECK(mm.checked == a0.numel() + w0.numel());
     CAPTURE(mm.where);
@@ -258,9 +270,10 @@ TEST_CASE("tape functions: errors name the function, the argument and both shape
                       "shape [2, 3, 4] along dim 1, got 3");
     CHECK_THROWS_AS(ag::index_select(x, 1, TensorView<const std::int64_t>(bad.data(), Shape{1, 2})),
                     headwise::shape_error);
-    CHECK_THROWS_WITH(ag::index_select(x, 1, TensorView<const std::int64_t>(bad.data(), Shape{1, 2})),
-                      "headwise::autograd::index_select: indices: expected shape [K] (rank 1), got "
-                      "[1, 2]");
+    CHECK_THROWS_WITH(
+        ag::index_select(x, 1, TensorView<const std::int64_t>(bad.data(), Shape{1, 2})),
+        "headwise::autograd::index_select: indices: expected shape [K] (rank 1), got "
+        "[1, 2]");
     const Tensor<bool> pad(Shape{2, 4});
     CHECK_THROWS_AS(ag::mean(x, 1, pad), headwise::shape_error);
     CHECK_THROWS_WITH(ag::mean(x, 1, pad),
@@ -295,8 +308,8 @@ TEST_CASE("Tape::parameter: a tied LM head adds into the embedding's gradient") 
     // On the tape: logits = norm(emb(ids)) E^T, E the embedding's own table.
     Tape<double> tape;
     headwise::Parameter<double> table = emb.parameters()[0];
-    const Var<double> x = ag::apply(emb, tape, ids);               // [B, L, E]
-    const Var<double> h = ag::apply(norm, x);                      // [B, L, E]
+    const Var<double> x = ag::apply(emb, tape, ids);                // [B, L, E]
+    const Var<double> h = ag::apply(norm, x);                       // [B, L, E]
     const Var<double> w = tape.parameter(table.value, table.grad);  // [V, E], no copy
     CHECK(w.value().data() == table.value.data());
     const Var<double> logits = ag::reshape(ag::matmul_transposed(h, w), Shape{B * L, V});

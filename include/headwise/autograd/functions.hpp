@@ -112,8 +112,7 @@ Var<typename M::value_type> apply(M& m, const Var<typename M::value_type>& x, Ar
     constexpr std::size_t vars = detail::split_vars<T, std::tuple<Args...>>::vars + 1;
     auto all = std::forward_as_tuple(x, std::forward<Args>(args)...);
     return detail::apply_split<Traits, vars>(
-        detail::apply_name<M>(), m, std::move(all),
-        std::make_index_sequence<vars>{},
+        detail::apply_name<M>(), m, std::move(all), std::make_index_sequence<vars>{},
         std::make_index_sequence<sizeof...(Args) + 1 - vars>{});
 }
 

@@ -104,8 +104,8 @@ struct forward_call<std::index_sequence<I...>, M, V,
                                                      std::declval<Extra>()...));
 };
 template <std::size_t N, class M, class V, class... Extra>
-using forward_result_t = typename forward_call<std::make_index_sequence<N>, M, V, void,
-                                               Extra...>::type;
+using forward_result_t =
+    typename forward_call<std::make_index_sequence<N>, M, V, void, Extra...>::type;
 
 /// decltype(m.backward(A, B)), or void when ill-formed.
 template <class M, class A, class B, class = void>
@@ -113,9 +113,9 @@ struct backward_call {
     using type = void;
 };
 template <class M, class A, class B>
-struct backward_call<M, A, B,
-                     std::void_t<decltype(std::declval<M&>().backward(std::declval<A>(),
-                                                                      std::declval<B>()))>> {
+struct backward_call<
+    M, A, B,
+    std::void_t<decltype(std::declval<M&>().backward(std::declval<A>(), std::declval<B>()))>> {
     using type = decltype(std::declval<M&>().backward(std::declval<A>(), std::declval<B>()));
 };
 template <class M, class A, class B>

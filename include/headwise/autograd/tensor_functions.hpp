@@ -127,10 +127,10 @@ inline std::shared_ptr<std::vector<char>> kept(const char* fn, const Shape& s, c
     for (int i = 0; i <= a.dim; ++i) lead.push_back(s[i]);
     const Shape expected(lead);
     if (mask->shape() != expected)
-        throw shape_error(fn, "padding_mask",
-                          expected.str() + " (x's dimensions up to dim " + std::to_string(a.dim) +
-                              ")",
-                          mask->shape());
+        throw shape_error(
+            fn, "padding_mask",
+            expected.str() + " (x's dimensions up to dim " + std::to_string(a.dim) + ")",
+            mask->shape());
     for (Index i = 0; i < a.outer * a.n; ++i)
         (*keep)[static_cast<std::size_t>(i)] = mask->data()[i] ? 0 : 1;
     return keep;
@@ -179,30 +179,29 @@ Var<T> reduce(const char* fn, const Var<T>& x, int dim, const TensorView<const b
     TensorView<const T> yv = *y;
     if (!rec) return tape.constant(std::move(y), yv);
     const Shape from = x.shape();
-    return tape.record(std::move(y), yv,
-                       [&tape, x, a, keep, count, arg, op, from](TensorView<const T> dy) {
-                           Tensor<T> dx(from);  // zeros: masked positions get none
-                           const T* dY = dy.data();
-                           T* dX = dx.data();
-                           for (Index o = 0; o < a.outer; ++o) {
-                               const Index c = (*count)[static_cast<std::size_t>(o)];
-                               for (Index j = 0; j < a.n; ++j) {
-                                   if (!(*keep)[static_cast<std::size_t>(o * a.n + j)]) continue;
-                                   T* row = dX + (o * a.n + j) * a.inner;
-                                   for (Index i = 0; i < a.inner; ++i) {
-                                       const T g = dY[o * a.inner + i];
-                                       if (op == Reduce::sum)
-                                           row[i] = g;
-                                       else if (op == Reduce::mean)
-                                           row[i] = g / static_cast<T>(c);
-                                       else if ((*arg)[static_cast<std::size_t>(
-                                                    o * a.inner + i)] == j)
-                                           row[i] = g;
-                                   }
-                               }
-                           }
-                           tape.accumulate(x, std::move(dx));
-                       });
+    return tape.record(
+        std::move(y), yv, [&tape, x, a, keep, count, arg, op, from](TensorView<const T> dy) {
+            Tensor<T> dx(from);  // zeros: masked positions get none
+            const T* dY = dy.data();
+            T* dX = dx.data();
+            for (Index o = 0; o < a.outer; ++o) {
+                const Index c = (*count)[static_cast<std::size_t>(o)];
+                for (Index j = 0; j < a.n; ++j) {
+                    if (!(*keep)[static_cast<std::size_t>(o * a.n + j)]) continue;
+                    T* row = dX + (o * a.n + j) * a.inner;
+                    for (Index i = 0; i < a.inner; ++i) {
+                        const T g = dY[o * a.inner + i];
+                        if (op == Reduce::sum)
+                            row[i] = g;
+                        else if (op == Reduce::mean)
+                            row[i] = g / static_cast<T>(c);
+                        else if ((*arg)[static_cast<std::size_t>(o * a.inner + i)] == j)
+                            row[i] = g;
+                    }
+                }
+            }
+            tape.accumulate(x, std::move(dx));
+        });
 }
 
 }  // namespace detail
@@ -286,8 +285,7 @@ Var<T> sum(const Var<T>& x, int dim) {
 }
 template <class T>
 Var<T> sum(const Var<T>& x, int dim, TensorView<const bool> padding_mask) {
-    return detail::reduce<T>("headwise::autograd::sum", x, dim, &padding_mask,
-                             detail::Reduce::sum);
+    return detail::reduce<T>("headwise::autograd::sum", x, dim, &padding_mask, detail::Reduce::sum);
 }
 template <class T>
 Var<T> mean(const Var<T>& x, int dim) {
@@ -304,8 +302,7 @@ Var<T> max(const Var<T>& x, int dim) {
 }
 template <class T>
 Var<T> max(const Var<T>& x, int dim, TensorView<const bool> padding_mask) {
-    return detail::reduce<T>("headwise::autograd::max", x, dim, &padding_mask,
-                             detail::Reduce::max);
+    return detail::reduce<T>("headwise::autograd::max", x, dim, &padding_mask, detail::Reduce::max);
 }
 
 template <class T>
@@ -340,8 +337,7 @@ Var<T> matmul_transposed(const Var<T>& a, const Var<T>& b) {
     if (a.shape().rank() == 0) throw shape_error(fn, "a", "[..., K] (rank >= 1)", a.shape());
     const Index K = a.shape().back();
     if (b.shape().rank() != 2 || b.shape()[1] != K)
-        throw shape_error(fn, "b", "[N, " + std::to_string(K) + "] (a's last extent)",
-                          b.shape());
+        throw shape_error(fn, "b", "[N, " + std::to_string(K) + "] (a's last extent)", b.shape());
     const bool rec = tape.begin_call(fn, {&a, &b}, {"a", "b"}, false);
     const Index N = b.shape()[0];
     auto y = std::make_shared<Tensor<T>>(
@@ -358,8 +354,8 @@ Var<T> matmul_transposed(const Var<T>& a, const Var<T>& b) {
     return tape.record(std::move(y), yv, [&tape, a, b](TensorView<const T> dy) {
         Tensor<T> da(a.shape()), db(b.shape());  // zeros (an empty product adds nothing)
         if (dy.numel() != 0 && da.numel() != 0) {
-            da.matrix().noalias() = dy.matrix() * b.value().matrix();                // [M, K]
-            db.matrix().noalias() = dy.matrix().transpose() * a.value().matrix();    // [N, K]
+            da.matrix().noalias() = dy.matrix() * b.value().matrix();              // [M, K]
+            db.matrix().noalias() = dy.matrix().transpose() * a.value().matrix();  // [N, K]
         }
         tape.accumulate(a, std::move(da));
         tape.accumulate(b, std::move(db));

@@ -42,11 +42,9 @@ struct traits_from<M, N, std::tuple<Extra...>> {
 
 /// module_traits of apply(m, x, args...): the leading Vars of args count as tensor inputs.
 template <class M, class... Args>
-using traits_for_t =
-    typename traits_from<M,
-                         split_vars<typename M::value_type, std::tuple<Args...>>::vars + 1,
-                         typename split_vars<typename M::value_type,
-                                             std::tuple<Args...>>::rest>::type;
+using traits_for_t = typename traits_from<
+    M, split_vars<typename M::value_type, std::tuple<Args...>>::vars + 1,
+    typename split_vars<typename M::value_type, std::tuple<Args...>>::rest>::type;
 
 /// "headwise::autograd::apply(Linear)" from kName "headwise::Linear", built once per type in a
 /// static buffer (no allocation: a no-grad call costs only its result's holder).
@@ -113,8 +111,8 @@ void accumulate_fields(Tape<T>& tape, const std::array<Var<T>, NV>& x, Fields fi
 /// The adapter: checks the Vars, runs m's forward, and on a recording tape records the call
 /// of m's backward that its convention (Traits) names. `names` names the NV Vars.
 template <class Traits, class M, class T, std::size_t NV, class... Extra>
-Var<T> apply_module(const char* fn, M& m, const std::array<Var<T>, NV>& x,
-                    const char* const* names, Extra&&... extra) {
+Var<T> apply_module(const char* fn, M& m, const std::array<Var<T>, NV>& x, const char* const* names,
+                    Extra&&... extra) {
     constexpr BackwardConvention convention = Traits::convention;
     constexpr std::size_t K = Traits::inputs;
     static_assert(convention != BackwardConvention::none, "apply: the module fits no convention");
@@ -177,9 +175,9 @@ Var<typename M::value_type> apply_split(const char* fn, M& m, Tuple&& all,
             std::declval<const typename Traits::Record&>(), std::declval<TensorView<const T>>()))>;
         names = gradient_fields<G>::names;
     }
-    return apply_module<Traits>(fn, m, x, names,
-                                std::forward<std::tuple_element_t<NV + E, std::decay_t<Tuple>>>(
-                                    std::get<NV + E>(all))...);
+    return apply_module<Traits>(
+        fn, m, x, names,
+        std::forward<std::tuple_element_t<NV + E, std::decay_t<Tuple>>>(std::get<NV + E>(all))...);
 }
 
 }  // namespace headwise::autograd::detail

@@ -2,8 +2,8 @@
 // What the recorded functions of autograd/functions.hpp share: finding the tape, recording a call.
 #pragma once
 
-#include <memory>     // std::shared_ptr, std::make_shared
-#include <stdexcept>  // std::invalid_argument
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string
 #include <type_traits>  // std::false_type, std::true_type, std::void_t
 #include <utility>      // std::move
