@@ -16,8 +16,8 @@
 #include <random>  // std::mt19937_64, std::normal_distribution
 #include <vector>
 
-#include <headwise/detail/fast_erf.hpp>
 #include <headwise/ops/activation.hpp>
+#include <headwise/ops/detail/fast_erf.hpp>
 
 namespace {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# Fits the two polynomials of detail/gelu_float.hpp, minimising the relative error:
+# Fits the two polynomials of ops/detail/gelu_float.hpp, minimising the relative error:
 #   G(a) = Φ(-a) e^{a²/2} (= erfcx(a/√2) / 2) as a polynomial in t = (a - K) / (a + K) on
 #        a in [0, AMAX];
 #   e^r on |r| <= ln2 / 2 (the reduced argument of e^{-a²/2}).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Tests of detail/file_kind.hpp: each kind told from its first bytes, and the loaders' messages.
-#include <headwise/detail/file_kind.hpp>
+// Tests of io/detail/file_kind.hpp: each kind told from its first bytes, and the loaders' messages.
+#include <headwise/io/detail/file_kind.hpp>
 #include <headwise/io/npy.hpp>
 
 #if __has_include(<nlohmann/json.hpp>)

@@ -2,8 +2,8 @@
 // Tests of the branch-free erf, normal CDF and exp behind GELU: ulp bounds against the C library
 // over a dense sweep of floats and against long double, the extremes, and GELU's exact form
 // (forward and backward) against a long-double reference.
-#include <headwise/detail/fast_erf.hpp>
 #include <headwise/ops/activation.hpp>
+#include <headwise/ops/detail/fast_erf.hpp>
 
 #include <cmath>        // std::erf, std::erfl, std::isnan
 #include <cstdint>      // std::int32_t, std::uint32_t, std::int64_t

@@ -2,7 +2,7 @@
 // Test helpers for the atomic saves: a writer that fills up part way, and a directory's listing.
 #pragma once
 
-#include <headwise/detail/atomic_file.hpp>
+#include <headwise/io/detail/atomic_file.hpp>
 
 #include <algorithm>   // std::min, std::sort
 #include <cerrno>      // errno, ENOSPC

@@ -14,11 +14,11 @@
 #include <vector>      // std::vector
 
 #include "../config.hpp"
-#include "../detail/atomic_file.hpp"
 #include "../quant/dequantize.hpp"
 #include "../quant/types.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/atomic_file.hpp"
 #include "detail/gguf_format.hpp"
 #include "gguf_value.hpp"
 

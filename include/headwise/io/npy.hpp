@@ -21,11 +21,11 @@
 #include <vector>        // std::vector
 
 #include "../config.hpp"
-#include "../detail/atomic_file.hpp"
-#include "../detail/file_kind.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/atomic_file.hpp"
+#include "detail/file_kind.hpp"
 #include "detail/npy_format.hpp"
 #include "npy_header.hpp"
 

@@ -41,10 +41,10 @@ find_package(nlohmann_json) before headwise, or link nlohmann_json::nlohmann_jso
 #endif
 
 #include "../config.hpp"
-#include "../detail/atomic_file.hpp"
-#include "../detail/file_kind.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/atomic_file.hpp"
+#include "detail/file_kind.hpp"
 #include "detail/safetensors_format.hpp"
 
 namespace headwise::io {

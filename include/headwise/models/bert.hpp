@@ -22,10 +22,9 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <vector>     // std::vector
 
 #include "../config.hpp"
-#include "../detail/config_file.hpp"
 #include "../detail/precision_check.hpp"
-#include "../detail/pretrained_sizes.hpp"
 #include "../error.hpp"
+#include "../io/detail/config_file.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
 #include "../layers/embedding.hpp"
@@ -39,6 +38,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/pretrained_sizes.hpp"
 
 namespace headwise::models {
 

@@ -21,14 +21,13 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <vector>     // std::vector
 
 #include "../config.hpp"
-#include "../detail/attention_options.hpp"
-#include "../detail/config_file.hpp"
-#include "../detail/in_proj_layout.hpp"
 #include "../detail/precision_check.hpp"
-#include "../detail/pretrained_sizes.hpp"
 #include "../detail/shape_checks.hpp"
 #include "../error.hpp"
+#include "../io/detail/config_file.hpp"
 #include "../io/safetensors.hpp"
+#include "../layers/attention/detail/attention_options.hpp"
+#include "../layers/attention/detail/in_proj_layout.hpp"
 #include "../layers/attention/kv_cache.hpp"
 #include "../layers/attention/multihead_attention.hpp"
 #include "../layers/embedding.hpp"
@@ -40,6 +39,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/pretrained_sizes.hpp"
 
 namespace headwise::models {
 

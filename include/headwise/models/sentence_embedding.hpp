@@ -18,8 +18,8 @@
 #include <vector>        // std::vector
 
 #include "../config.hpp"
-#include "../detail/json_file.hpp"
 #include "../error.hpp"
+#include "../io/detail/json_file.hpp"
 #include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"

@@ -9,9 +9,9 @@
 #include <type_traits>  // std::is_same_v
 
 #include "../config.hpp"
-#include "../detail/fast_erf.hpp"  // pick
-#include "../detail/gelu_float.hpp"
-#include "../detail/sigmoid.hpp"
+#include "detail/fast_erf.hpp"  // pick
+#include "detail/gelu_float.hpp"
+#include "detail/sigmoid.hpp"
 
 namespace headwise::detail {
 inline constexpr double kSqrtHalf = 0.70710678118654752440;       // 1 / √2

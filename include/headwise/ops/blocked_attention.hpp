@@ -14,9 +14,9 @@
 #include <string>     // std::to_string
 
 #include "../config.hpp"
-#include "../detail/softmax_rows.hpp"
 #include "../error.hpp"
 #include "../tensor.hpp"
+#include "detail/softmax_rows.hpp"
 #include "dropout.hpp"
 #include "gemm.hpp"
 #include "score_mask.hpp"

@@ -15,13 +15,13 @@
 #include <vector>     // std::vector
 
 #include "../config.hpp"
-#include "../detail/cpu_features.hpp"
 #include "../detail/parallel.hpp"
 #include "../error.hpp"
 #include "../quant/dequantize.hpp"
 #include "../quant/half.hpp"
 #include "../quant/types.hpp"
 #include "../tensor.hpp"
+#include "detail/cpu_features.hpp"
 #include "gemm.hpp"
 
 namespace headwise::ops {

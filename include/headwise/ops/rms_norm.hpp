@@ -6,9 +6,9 @@
 #pragma once
 
 #include "../config.hpp"
-#include "../detail/rms_norm_row.hpp"
 #include "../error.hpp"
 #include "../tensor.hpp"
+#include "detail/rms_norm_row.hpp"
 
 namespace headwise::ops {
 

@@ -10,10 +10,10 @@
 #include <limits>  // std::numeric_limits
 
 #include "../config.hpp"
-#include "../detail/softmax_rows.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/softmax_rows.hpp"
 
 // Conventions:
 //  - Rows are independent: P[i, :] = softmax(S[i, :]). Matrices are row-major Eigen::Refs

@@ -14,10 +14,10 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
-#include "../detail/optimizer_state.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../tensor.hpp"
+#include "detail/optimizer_state.hpp"
 
 namespace headwise {
 

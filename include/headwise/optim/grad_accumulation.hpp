@@ -6,9 +6,9 @@
 #include <vector>  // std::vector
 
 #include "../config.hpp"
-#include "../detail/optimizer_state.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
+#include "detail/optimizer_state.hpp"
 
 namespace headwise {
 

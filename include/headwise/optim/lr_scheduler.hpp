@@ -11,12 +11,12 @@
 #include <utility>      // std::move, std::declval
 
 #include "../config.hpp"
-#include "../detail/optimizer_state.hpp"
-#include "../detail/optimizer_traits.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/optimizer_state.hpp"
+#include "detail/optimizer_traits.hpp"
 #include "schedules.hpp"
 
 namespace headwise {

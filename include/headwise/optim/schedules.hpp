@@ -13,9 +13,9 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
-#include "../detail/optimizer_state.hpp"
-#include "../detail/schedule_checks.hpp"
 #include "../error.hpp"
+#include "detail/optimizer_state.hpp"
+#include "detail/schedule_checks.hpp"
 
 namespace headwise {
 

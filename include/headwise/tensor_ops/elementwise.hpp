@@ -10,10 +10,10 @@
 
 #include "../config.hpp"
 #include "../detail/tensor_like.hpp"
-#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/loops.hpp"
 
 // Every function checks shapes first (throwing shape_error), then computes with Eigen array
 // maps over the flat data, and returns a new tensor. The compound assignments (+= ...) write into

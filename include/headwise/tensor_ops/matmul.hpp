@@ -11,11 +11,11 @@
 
 #include "../config.hpp"
 #include "../detail/tensor_like.hpp"
-#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../ops/gemm.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/loops.hpp"
 
 namespace headwise {
 

@@ -9,12 +9,12 @@
 #include <vector>     // std::vector
 
 #include "../config.hpp"
-#include "../detail/axis.hpp"
 #include "../detail/tensor_like.hpp"
-#include "../detail/tensor_ops.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/axis.hpp"
+#include "detail/loops.hpp"
 
 namespace headwise {
 

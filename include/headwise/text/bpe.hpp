@@ -26,12 +26,12 @@
 #include <utility>        // std::move, std::pair
 #include <vector>         // std::vector
 
-#include "../detail/json_file.hpp"
-#include "../detail/unicode.hpp"
 #include "../error.hpp"
+#include "../io/detail/json_file.hpp"
 #include "../io/gguf.hpp"
 #include "detail/bpe_split.hpp"
 #include "detail/special_tokens.hpp"
+#include "detail/unicode.hpp"
 
 namespace headwise::text {
 

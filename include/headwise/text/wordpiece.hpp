@@ -27,12 +27,12 @@
 #include <vector>            // std::vector
 
 #include "../config.hpp"
-#include "../detail/json_file.hpp"
-#include "../detail/unicode.hpp"
 #include "../error.hpp"
+#include "../io/detail/json_file.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "detail/special_tokens.hpp"
+#include "detail/unicode.hpp"
 
 namespace headwise::text {
 

@@ -33,10 +33,10 @@
 #endif
 
 #include "../../config.hpp"
-#include "../../detail/atomic_file.hpp"
 #include "../../quant/types.hpp"
 #include "../../shape.hpp"
 #include "../gguf_value.hpp"
+#include "atomic_file.hpp"
 
 namespace headwise::io {
 

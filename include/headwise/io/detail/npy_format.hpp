@@ -22,12 +22,12 @@
 #include <vector>        // std::vector
 
 #include "../../config.hpp"
-#include "../../detail/atomic_file.hpp"
-#include "../../detail/file_kind.hpp"
 #include "../../error.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 #include "../npy_header.hpp"
+#include "atomic_file.hpp"
+#include "file_kind.hpp"
 
 namespace headwise::io::detail::npy {
 

@@ -35,10 +35,10 @@
 #endif
 
 #include "../../config.hpp"
-#include "../../detail/atomic_file.hpp"
-#include "../../detail/file_kind.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
+#include "atomic_file.hpp"
+#include "file_kind.hpp"
 
 namespace headwise::io::detail::safetensors {
 

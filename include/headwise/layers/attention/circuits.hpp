@@ -14,11 +14,11 @@
 #include <vector>     // std::vector
 
 #include "../../config.hpp"
-#include "../../detail/attention_options.hpp"
 #include "../../error.hpp"
 #include "../../ops/rope.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
+#include "detail/attention_options.hpp"
 #include "head_parameters.hpp"
 #include "multihead_attention.hpp"
 

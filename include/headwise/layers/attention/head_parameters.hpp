@@ -3,9 +3,9 @@
 #pragma once
 
 #include "../../config.hpp"
-#include "../../detail/in_proj_layout.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
+#include "detail/in_proj_layout.hpp"
 
 namespace headwise {
 

@@ -11,11 +11,11 @@
 
 #include "../../bf16.hpp"
 #include "../../config.hpp"
-#include "../../detail/attention_buffers.hpp"
 #include "../../error.hpp"
 #include "../../precision.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
+#include "detail/attention_buffers.hpp"
 
 namespace headwise {
 

@@ -4,7 +4,7 @@
 // bytes in a register and multiplied with the 8-bit activation block by vpmaddubsw / vpmaddwd.
 #pragma once
 
-#include "../../detail/cpu_features.hpp"
+#include "cpu_features.hpp"
 
 #if HEADWISE_X86_DISPATCH
 

@@ -9,7 +9,7 @@
 #include <cstdint>  // std::int32_t, std::uint8_t
 #include <vector>   // std::vector
 
-#include "../../detail/unicode.hpp"
+#include "unicode.hpp"
 
 namespace headwise::detail {
 

@@ -11,11 +11,11 @@
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../layers/module.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../config.hpp"
+#include "../../error.hpp"
+#include "../../layers/module.hpp"
+#include "../../shape.hpp"
+#include "../../tensor.hpp"
 
 namespace headwise::detail {
 

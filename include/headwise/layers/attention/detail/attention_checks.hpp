@@ -5,12 +5,12 @@
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string, std::to_string
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../layers/attention/kv_cache.hpp"
-#include "../layers/attention/options.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../../config.hpp"
+#include "../../../error.hpp"
+#include "../../../shape.hpp"
+#include "../../../tensor.hpp"
+#include "../kv_cache.hpp"
+#include "../options.hpp"
 #include "attention_options.hpp"
 #include "in_proj_layout.hpp"
 

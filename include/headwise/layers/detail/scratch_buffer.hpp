@@ -5,9 +5,9 @@
 #include <cstddef>  // std::size_t
 #include <cstring>  // std::memset
 
-#include "../config.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../config.hpp"
+#include "../../shape.hpp"
+#include "../../tensor.hpp"
 
 namespace headwise::detail {
 

@@ -12,14 +12,14 @@
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_floating_point_v, std::is_same_v
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../layers/attention/options.hpp"
-#include "../ops/blocked_attention.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../../config.hpp"
+#include "../../../detail/number_string.hpp"
+#include "../../../error.hpp"
+#include "../../../ops/blocked_attention.hpp"
+#include "../../../shape.hpp"
+#include "../../../tensor.hpp"
+#include "../options.hpp"
 #include "in_proj_layout.hpp"
-#include "number_string.hpp"
 
 namespace headwise::detail {
 

@@ -10,13 +10,13 @@
 #include <type_traits>  // std::is_same_v, std::remove_const_t
 #include <vector>       // std::vector
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../ops/gemm.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../config.hpp"
+#include "../../detail/tensor_like.hpp"
+#include "../../error.hpp"
+#include "../../ops/gemm.hpp"
+#include "../../shape.hpp"
+#include "../../tensor.hpp"
 #include "axis.hpp"
-#include "tensor_like.hpp"
 
 namespace headwise::detail {
 

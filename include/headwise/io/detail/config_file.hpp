@@ -12,7 +12,7 @@
 #include <string>     // std::string, std::to_string
 #include <utility>    // std::move
 
-#include "../config.hpp"
+#include "../../config.hpp"
 #include "json_file.hpp"
 
 namespace headwise::detail {

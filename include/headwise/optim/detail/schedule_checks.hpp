@@ -8,8 +8,8 @@
 #include <type_traits>  // std::enable_if_t, std::is_convertible_v, std::false_type
 #include <utility>      // std::declval
 
-#include "../config.hpp"
-#include "../error.hpp"
+#include "../../config.hpp"
+#include "../../error.hpp"
 #include "optimizer_state.hpp"
 
 namespace headwise::detail {

@@ -10,9 +10,9 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
-#include "../config.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../config.hpp"
+#include "../../shape.hpp"
+#include "../../tensor.hpp"
 
 namespace headwise::detail {
 

@@ -6,8 +6,8 @@
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector
 
-#include "../config.hpp"
-#include "../layers/attention/options.hpp"
+#include "../../../config.hpp"
+#include "../options.hpp"
 #include "in_proj_layout.hpp"
 
 namespace headwise::detail {

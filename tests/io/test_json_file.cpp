@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Tests of detail/json_file.hpp and detail/config_file.hpp: text and JSON files read only when
-// they are regular files of bounded size and nesting, and JSON values described in bounded space.
-#include <headwise/detail/config_file.hpp>
-#include <headwise/detail/json_file.hpp>
+// Tests of io/detail/json_file.hpp and io/detail/config_file.hpp: text and JSON files read only
+// when they are regular files of bounded size and nesting, and JSON values described in bounded
+// space.
+#include <headwise/io/detail/config_file.hpp>
+#include <headwise/io/detail/json_file.hpp>
 
 #include <sys/stat.h>  // mkfifo
 

@@ -5,7 +5,7 @@
 #include <type_traits>  // std::decay_t, std::is_convertible, std::void_t, std::false_type
 #include <utility>      // std::declval
 
-#include "../layers/module.hpp"
+#include "../../layers/module.hpp"
 
 namespace headwise::detail {
 

@@ -3,10 +3,10 @@
 // describe_call, the one function that builds it.
 #pragma once
 
-#include "../config.hpp"
-#include "../layers/attention/options.hpp"
-#include "../ops/blocked_attention.hpp"
-#include "../ops/dropout.hpp"
+#include "../../../config.hpp"
+#include "../../../ops/blocked_attention.hpp"
+#include "../../../ops/dropout.hpp"
+#include "../options.hpp"
 #include "attention_options.hpp"
 #include "projection_plan.hpp"
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Tests of headwise/detail/softmax_rows.hpp: every instruction set this CPU runs (AVX-512, AVX2,
-// the portable Eigen code) against std::exp in double, the masking and NaN rules, every tail
+// Tests of headwise/ops/detail/softmax_rows.hpp: every instruction set this CPU runs (AVX-512,
+// AVX2, the portable Eigen code) against std::exp in double, the masking and NaN rules, every tail
 // length, in place.
-#include <headwise/detail/softmax_rows.hpp>
+#include <headwise/ops/detail/softmax_rows.hpp>
 
 #include <algorithm>  // std::max
 #include <cmath>      // std::exp, std::fabs, std::isnan, std::log

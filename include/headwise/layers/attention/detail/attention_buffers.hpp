@@ -9,14 +9,14 @@
 #include <mutex>      // std::mutex, std::lock_guard
 #include <vector>     // std::vector
 
-#include "../config.hpp"
-#include "../layers/attention/options.hpp"
-#include "../ops/blocked_attention.hpp"
-#include "../shape.hpp"
-#include "../tensor.hpp"
+#include "../../../config.hpp"
+#include "../../../ops/blocked_attention.hpp"
+#include "../../../shape.hpp"
+#include "../../../tensor.hpp"
+#include "../../detail/scratch_buffer.hpp"
+#include "../options.hpp"
 #include "attention_call.hpp"
 #include "projection_plan.hpp"
-#include "scratch_buffer.hpp"
 
 namespace headwise::detail {
 

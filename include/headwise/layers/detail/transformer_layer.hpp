@@ -6,13 +6,13 @@
 #include <cmath>   // std::isfinite
 #include <string>  // std::to_string
 
-#include "../error.hpp"
-#include "../layers/attention/options.hpp"
-#include "../layers/feed_forward_activation.hpp"
-#include "../ops/activation.hpp"
-#include "../tensor.hpp"
-#include "attention_options.hpp"
-#include "number_string.hpp"
+#include "../../detail/number_string.hpp"
+#include "../../error.hpp"
+#include "../../ops/activation.hpp"
+#include "../../tensor.hpp"
+#include "../attention/detail/attention_options.hpp"
+#include "../attention/options.hpp"
+#include "../feed_forward_activation.hpp"
 
 namespace headwise::detail {
 

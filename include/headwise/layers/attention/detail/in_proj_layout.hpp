@@ -2,8 +2,8 @@
 // InProjLayout: where Wq, Wk, Wv, each head's rows and the biases sit in the packed in-projection.
 #pragma once
 
-#include "../config.hpp"
-#include "../shape.hpp"
+#include "../../../config.hpp"
+#include "../../../shape.hpp"
 
 namespace headwise::detail {
 

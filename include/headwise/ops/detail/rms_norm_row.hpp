@@ -6,7 +6,7 @@
 #include <cmath>      // std::abs, std::sqrt, std::isfinite, std::ilogb, std::ldexp
 #include <limits>     // std::numeric_limits
 
-#include "../config.hpp"
+#include "../../config.hpp"
 
 namespace headwise::detail {
 

@@ -9,7 +9,7 @@
 #include <limits>       // std::numeric_limits
 #include <type_traits>  // std::is_same_v
 
-#include "../config.hpp"
+#include "../../config.hpp"
 #include "cpu_features.hpp"
 
 #if HEADWISE_X86_DISPATCH

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Tests of detail/atomic_file.hpp through the savers: a save writes only regular files, so a
+// Tests of io/detail/atomic_file.hpp through the savers: a save writes only regular files, so a
 // target that is a device node, a FIFO, a socket or a symbolic link to one is refused, naming the
 // path and what it is, and nothing is created or replaced. Nodes are made in a temporary
 // directory (mknod needs root, as the tests run; without it the device cases are skipped).
-#include <headwise/detail/atomic_file.hpp>
+#include <headwise/io/detail/atomic_file.hpp>
 #include <headwise/io/npy.hpp>
 #if __has_include(<nlohmann/json.hpp>)
 #include <headwise/io/safetensors.hpp>

@@ -4,9 +4,9 @@
 
 #include <string>  // std::string, std::to_string
 
-#include "../config.hpp"
-#include "../error.hpp"
-#include "../shape.hpp"
+#include "../../config.hpp"
+#include "../../error.hpp"
+#include "../../shape.hpp"
 
 namespace headwise::detail {
 
