@@ -253,9 +253,10 @@ public:
     /// skip, other spellings, optional parameters: see LoadRules). Everything is checked before
     /// anything is written, so a failed load leaves the module as it was; the views from
     /// parameters() stay valid, and the copies of every WeightMatrix in a lower precision are
-    /// taken anew from the loaded values. Gradients are not allocated by a load.
+    /// taken anew from the loaded values. Gradients are not allocated by a load. Errors name
+    /// `function` (a model's loader that calls this), else "<kName>::load_state_dict".
     void load_state_dict(const StateDict& state, const std::string& prefix = "",
-                         const LoadRules& rules = {});
+                         const LoadRules& rules = {}, const char* function = nullptr);
 
     /// Training mode (the default for a new module) or evaluation mode, for the whole tree.
     /// Switching to evaluation mode takes new copies of the weights in a lower precision (see
@@ -442,8 +443,9 @@ std::vector<std::pair<std::uint64_t*, Generator*>> Module<Derived, T>::random_st
 
 template <class Derived, class T>
 void Module<Derived, T>::load_state_dict(const StateDict& state, const std::string& prefix,
-                                         const LoadRules& rules) {
-    const std::string fn = std::string(Derived::kName) + "::load_state_dict";
+                                         const LoadRules& rules, const char* function) {
+    const std::string fn =
+        function ? std::string(function) : std::string(Derived::kName) + "::load_state_dict";
     const std::vector<detail::ListedParameter<T>> params = list_parameters();
     auto has = [](const std::vector<std::string>& names, const std::string& n) {
         return std::find(names.begin(), names.end(), n) != names.end();
