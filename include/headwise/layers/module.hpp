@@ -8,7 +8,7 @@
 #include <cstdint>      // std::uint64_t
 #include <functional>   // std::function
 #include <map>          // std::map
-#include <stdexcept>    // std::invalid_argument
+#include <stdexcept>    // std::invalid_argument, std::logic_error
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v, std::decay_t
 #include <utility>      // std::forward, std::move, std::pair
@@ -54,6 +54,19 @@ struct LoadRules {
     std::vector<std::pair<std::string, std::string>> aliases;
     /// Parameters that may be absent from the state dict (left as they are), e.g. a pooler.
     std::vector<std::string> optional;
+    /// A key (after the prefix is removed) that starts with one of these is skipped too (e.g.
+    /// "pooler." for a head the model does not have).
+    std::vector<std::string> ignored_prefixes;
+};
+
+/// One parameter of a child that its parent lists under a name of its own
+/// (Declaration::renamed_child): the elements [offset, offset + shape.numel()) of the child's
+/// parameter `of`, listed as `name` with `shape`.
+struct ParameterPiece {
+    std::string name;
+    std::string of;
+    Index offset = 0;
+    Shape shape;
 };
 
 namespace detail {
@@ -70,12 +83,15 @@ struct DeclaredParameter {
     // A module of the older contract lists views of its own.
     TensorView<T> value_view, grad_view;
     bool is_view = false;
+    // A piece of a plain parameter (offset, shape) that a parent lists under its own name.
+    bool sliced = false;
 
     bool released() const noexcept { return holder && holder->released(); }
     /// The value, written in place by loaders (needs !released()).
     TensorView<T> value_of() const {
         if (is_view) return value_view;
         if (holder) return TensorView<T>(holder->value().data() + offset, shape);
+        if (sliced) return TensorView<T>(value->data() + offset, shape);
         return value->view();
     }
     /// The gradient, allocated (zero) on first use.
@@ -83,11 +99,12 @@ struct DeclaredParameter {
         if (is_view) return grad_view;
         if (holder) return TensorView<T>(holder->grad().data() + offset, shape);
         if (grad->shape() != value->shape()) *grad = Tensor<T>(value->shape());
+        if (sliced) return TensorView<T>(grad->data() + offset, shape);
         return grad->view();
     }
     Shape shape_of() const {
         if (is_view) return value_view.shape();
-        return holder ? shape : value->shape();
+        return holder || sliced ? shape : value->shape();
     }
 };
 
@@ -107,6 +124,21 @@ struct NoWalk {
     void module(bool& /*training*/, Precision& /*precision*/) {}
     void random(std::uint64_t&) {}
     void random(Generator&) {}
+};
+
+/// A walk that keeps the parameters it is given and passes everything else on to `inner`
+/// (Declaration::renamed_child).
+template <class T, class Inner>
+struct CollectingWalk {
+    Inner& inner;
+    std::vector<ListedParameter<T>> found;
+    void parameter(const std::string& name, const char* owner, const DeclaredParameter<T>& p) {
+        found.push_back({name, owner, p});
+    }
+    void weight(WeightMatrix<T>& w) { inner.weight(w); }
+    void module(bool& training, Precision& precision) { inner.module(training, precision); }
+    void random(std::uint64_t& counter) { inner.random(counter); }
+    void random(Generator& g) { inner.random(g); }
 };
 
 }  // namespace detail
@@ -151,6 +183,39 @@ public:
     void child(const std::string& name, Child& c) {
         c.walk_module(walk_, prefix_ + name + ".", list_);
     }
+    /// A child whose parameters this module lists under names of its own, in the order of
+    /// `pieces` (a checkpoint that spells and cuts them differently, e.g. BERT's query, key and
+    /// value as row blocks of a MultiheadAttention's in_proj_weight). The child's own walk runs
+    /// as with child() (its modes, weight matrices and random streams); each listed piece
+    /// keeps the child's kName as its owner. Every piece must lie inside its parameter.
+    template <class Child>
+    void renamed_child(Child& c, const std::vector<ParameterPiece>& pieces) {
+        if (!list_) {
+            c.walk_module(walk_, prefix_, false);
+            return;
+        }
+        detail::CollectingWalk<T, Walk> collect{walk_, {}};
+        c.walk_module(collect, "", true);
+        for (const ParameterPiece& piece : pieces) {
+            const detail::ListedParameter<T>* from = nullptr;
+            for (const auto& p : collect.found)
+                if (p.name == piece.of) from = &p;
+            const Index n = from ? from->where.shape_of().numel() : 0;
+            if (!from || piece.offset < 0 || piece.offset + piece.shape.numel() > n)
+                throw std::logic_error(std::string(owner_) + ": " + piece.name + ": no piece of " +
+                                       (from ? "" : "a parameter named ") + piece.of);
+            detail::DeclaredParameter<T> q = from->where;
+            if (q.is_view) {
+                q.value_view = TensorView<T>(q.value_view.data() + piece.offset, piece.shape);
+                q.grad_view = TensorView<T>(q.grad_view.data() + piece.offset, piece.shape);
+            } else {
+                q.sliced = !q.holder;
+                q.offset += piece.offset;
+                q.shape = piece.shape;
+            }
+            walk_.parameter(prefix_ + piece.name, from->owner, q);
+        }
+    }
     /// A child of a module of the older contract, whose parameters that module lists itself.
     template <class Child>
     void unlisted_child(Child& c) {
@@ -181,6 +246,8 @@ private:
 ///   d.parameter("weight", w);                // a WeightMatrix<T> the module multiplies by
 ///   d.parameter("q_proj_weight", w, offset, shape);    // a view of one (a block of several)
 ///   d.child("self_attn", self_attn_);        // a module: its parts under "self_attn."
+///   d.renamed_child(attention_, pieces);     // a module: its parameters listed (and cut) under
+///                                          // this module's own names (ParameterPiece)
 ///   d.random(counter) / d.random(generator); // a random stream its forwards draw from
 ///
 /// (own random streams before children, so that random_state() lists a module's streams before
@@ -474,6 +541,8 @@ void Module<Derived, T>::load_state_dict(const StateDict& state, const std::stri
     }
     auto ignored = [&](const std::string& key) {
         if (has(rules.ignored, key)) return true;
+        for (const std::string& s : rules.ignored_prefixes)
+            if (key.compare(0, s.size(), s) == 0) return true;
         for (const std::string& s : rules.ignored_suffixes)
             if (key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0)
                 return true;
