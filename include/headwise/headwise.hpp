@@ -28,6 +28,7 @@
 #include "layers/feed_forward_activation.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_norm.hpp"
+#include "layers/layer_scale.hpp"
 #include "layers/linear.hpp"
 #include "layers/module.hpp"
 #include "layers/relu.hpp"

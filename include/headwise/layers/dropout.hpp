@@ -45,14 +45,12 @@ public:
     double p() const noexcept { return p_; }
     std::uint64_t seed() const noexcept { return seed_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self&, Visit&&) {}
-    /// The seed and the count of masks drawn (the next training forward's stream): what the
-    /// next masks depend on (Module::random_state).
-    template <class Self, class Visit>
-    static void visit_random_state(Self& self, Visit&& visit) {
-        visit(self.seed_);
-        visit(self.next_stream_);
+    /// No parameters; the seed and the count of masks drawn (the next training forward's
+    /// stream): what the next masks depend on (Module::random_state).
+    template <class D>
+    void declare(D& d) {
+        d.random(seed_);
+        d.random(next_stream_);
     }
 
 private:

@@ -75,12 +75,10 @@ public:
     /// asked for it).
     bool has_grad_buffers() const noexcept { return grad_weight_.numel() > 0; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        // The gradient of a const layer is visited const, as its value is.
-        using Grad = std::conditional_t<std::is_const_v<Self>, const Tensor<T>&, Tensor<T>&>;
-        Grad g = self.grad();
-        visit("weight", self.weight_.view(), g.view());
+    /// "weight" [num_embeddings, embedding_dim] (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.parameter("weight", weight_, grad_weight_);
     }
 
 private:

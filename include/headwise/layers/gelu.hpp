@@ -40,8 +40,9 @@ public:
 
     GeluApproximation approximate() const noexcept { return approximate_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self&, Visit&&) {}
+    /// No parameters (the module contract).
+    template <class D>
+    void declare(D&) {}
 
 private:
     GeluApproximation approximate_;

@@ -45,11 +45,12 @@ public:
     TensorView<T> bias() noexcept { return bias_.view(); }
     TensorView<const T> bias() const noexcept { return bias_.view(); }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        if (!self.affine_) return;
-        visit("weight", self.weight_.view(), self.grad_weight_.view());
-        visit("bias", self.bias_.view(), self.grad_bias_.view());
+    /// "weight" and "bias" [C] with the affine, else nothing (the module contract).
+    template <class D>
+    void declare(D& d) {
+        if (!affine_) return;
+        d.parameter("weight", weight_, grad_weight_);
+        d.parameter("bias", bias_, grad_bias_);
     }
 
 private:

@@ -1,22 +1,27 @@
 // SPDX-License-Identifier: MIT
-// The module contract every layer follows: named parameters with gradients, state dicts, modes.
+// The module contract: a layer declares its parameters, children and random streams once;
+// parameters(), state dicts, loading, modes, weight formats and memory follow from it.
 #pragma once
 
-#include <algorithm>    // std::copy_n, std::fill_n
+#include <algorithm>    // std::copy_n, std::fill_n, std::find
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
+#include <functional>   // std::function
 #include <map>          // std::map
-#include <stdexcept>    // std::invalid_argument
+#include <stdexcept>    // std::invalid_argument, std::logic_error
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v, std::decay_t
-#include <utility>      // std::forward, std::move
+#include <utility>      // std::forward, std::move, std::pair
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/precision_check.hpp"
 #include "../error.hpp"
+#include "../precision.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "weight_matrix.hpp"
 
 namespace headwise {
 
@@ -33,32 +38,237 @@ struct Parameter {
 template <class T>
 using StateDict = std::map<std::string, Tensor<T>>;
 
+/// What load_state_dict does with keys that are not the module's own names, as data: a model
+/// loading a checkpoint written by another library states here which of its keys to skip and
+/// which names the checkpoint spells differently. Empty (the default): strict, as torch's
+/// load_state_dict(strict=True).
+struct LoadRules {
+    /// A key (after the prefix is removed) that is no parameter's is skipped, not refused, when
+    /// it equals one of these or ends with one of `ignored_suffixes` (e.g. a buffer as
+    /// "rotary_emb.inv_freq", or a tied "lm_head.weight").
+    std::vector<std::string> ignored;
+    std::vector<std::string> ignored_suffixes;
+    /// Alternative spellings: a parameter named `first` is read from the key `second` when the
+    /// state dict has no key `first` (e.g. {"embeddings.LayerNorm.weight",
+    /// "embeddings.LayerNorm.gamma"}).
+    std::vector<std::pair<std::string, std::string>> aliases;
+    /// Parameters that may be absent from the state dict (left as they are), e.g. a pooler.
+    std::vector<std::string> optional;
+    /// A key (after the prefix is removed) that starts with one of these is skipped too (e.g.
+    /// "pooler." for a head the model does not have).
+    std::vector<std::string> ignored_prefixes;
+};
+
+/// One parameter of a child that its parent lists under a name of its own
+/// (Declaration::renamed_child): the elements [offset, offset + shape.numel()) of the child's
+/// parameter `of`, listed as `name` with `shape`.
+struct ParameterPiece {
+    std::string name;
+    std::string of;
+    Index offset = 0;
+    Shape shape;
+};
+
+namespace detail {
+
+/// One declared parameter as a module tree walk sees it: a whole tensor with its gradient, or
+/// a view (offset, shape) into a WeightMatrix holder.
+template <class T>
+struct DeclaredParameter {
+    Tensor<T>* value = nullptr;  // plain parameter
+    Tensor<T>* grad = nullptr;
+    WeightMatrix<T>* holder = nullptr;  // weight-matrix parameter
+    Index offset = 0;
+    Shape shape;
+    // A module of the older contract lists views of its own.
+    TensorView<T> value_view, grad_view;
+    bool is_view = false;
+    // A piece of a plain parameter (offset, shape) that a parent lists under its own name.
+    bool sliced = false;
+
+    bool released() const noexcept { return holder && holder->released(); }
+    /// The value, written in place by loaders (needs !released()).
+    TensorView<T> value_of() const {
+        if (is_view) return value_view;
+        if (holder) return TensorView<T>(holder->value().data() + offset, shape);
+        if (sliced) return TensorView<T>(value->data() + offset, shape);
+        return value->view();
+    }
+    /// The gradient, allocated (zero) on first use.
+    TensorView<T> grad_of() const {
+        if (is_view) return grad_view;
+        if (holder) return TensorView<T>(holder->grad().data() + offset, shape);
+        if (grad->shape() != value->shape()) *grad = Tensor<T>(value->shape());
+        if (sliced) return TensorView<T>(grad->data() + offset, shape);
+        return grad->view();
+    }
+    Shape shape_of() const {
+        if (is_view) return value_view.shape();
+        return holder || sliced ? shape : value->shape();
+    }
+};
+
+/// A declared parameter with its full name and the kName of the module that declared it.
+template <class T>
+struct ListedParameter {
+    std::string name;
+    const char* owner;
+    DeclaredParameter<T> where;
+};
+
+/// Default callbacks of a module tree walk: each walk overrides those it needs.
+template <class T>
+struct NoWalk {
+    void parameter(const std::string&, const char*, const DeclaredParameter<T>&) {}
+    void weight(WeightMatrix<T>&) {}
+    void module(bool& /*training*/, Precision& /*precision*/) {}
+    void random(std::uint64_t&) {}
+    void random(Generator&) {}
+};
+
+/// A walk that keeps the parameters it is given and passes everything else on to `inner`
+/// (Declaration::renamed_child).
+template <class T, class Inner>
+struct CollectingWalk {
+    Inner& inner;
+    std::vector<ListedParameter<T>> found;
+    void parameter(const std::string& name, const char* owner, const DeclaredParameter<T>& p) {
+        found.push_back({name, owner, p});
+    }
+    void weight(WeightMatrix<T>& w) { inner.weight(w); }
+    void module(bool& training, Precision& precision) { inner.module(training, precision); }
+    void random(std::uint64_t& counter) { inner.random(counter); }
+    void random(Generator& g) { inner.random(g); }
+};
+
+}  // namespace detail
+
+/// What a module's declaration talks to (see Module). `Walk` is one of the contract's walks.
+template <class T, class Walk>
+class Declaration {
+public:
+    Declaration(Walk& walk, std::string prefix, const char* owner, bool list_parameters)
+        : walk_(walk), prefix_(std::move(prefix)), owner_(owner), list_(list_parameters) {}
+
+    /// A parameter held as a tensor and its gradient (the gradient may be empty until first
+    /// needed: it is allocated, zero, to the value's shape).
+    void parameter(const char* name, Tensor<T>& value, Tensor<T>& grad) {
+        detail::DeclaredParameter<T> p;
+        p.value = &value;
+        p.grad = &grad;
+        if (list_) walk_.parameter(prefix_ + name, owner_, p);
+    }
+    /// A weight matrix the module multiplies by, whole.
+    void parameter(const char* name, WeightMatrix<T>& w) { parameter(name, w, 0, w.shape()); }
+    /// `shape` elements of a weight-matrix holder from `offset` on, as one parameter (one block
+    /// holder declared as one or several matrices).
+    void parameter(const char* name, WeightMatrix<T>& w, Index offset, const Shape& shape) {
+        walk_.weight(w);
+        detail::DeclaredParameter<T> p;
+        p.holder = &w;
+        p.offset = offset;
+        p.shape = shape;
+        if (list_) walk_.parameter(prefix_ + name, owner_, p);
+    }
+    /// A parameter listed by a module of the older contract (views of its own).
+    void parameter_view(const std::string& name, TensorView<T> value, TensorView<T> grad) {
+        detail::DeclaredParameter<T> p;
+        p.value_view = value;
+        p.grad_view = grad;
+        p.is_view = true;
+        if (list_) walk_.parameter(prefix_ + name, owner_, p);
+    }
+    /// A child module: its declarations, under "<name>." .
+    template <class Child>
+    void child(const std::string& name, Child& c) {
+        c.walk_module(walk_, prefix_ + name + ".", list_);
+    }
+    /// A child whose parameters this module lists under names of its own, in the order of
+    /// `pieces` (a checkpoint that spells and cuts them differently, e.g. BERT's query, key and
+    /// value as row blocks of a MultiheadAttention's in_proj_weight). The child's own walk runs
+    /// as with child() (its modes, weight matrices and random streams); each listed piece
+    /// keeps the child's kName as its owner. Every piece must lie inside its parameter.
+    template <class Child>
+    void renamed_child(Child& c, const std::vector<ParameterPiece>& pieces) {
+        if (!list_) {
+            c.walk_module(walk_, prefix_, false);
+            return;
+        }
+        detail::CollectingWalk<T, Walk> collect{walk_, {}};
+        c.walk_module(collect, "", true);
+        for (const ParameterPiece& piece : pieces) {
+            const detail::ListedParameter<T>* from = nullptr;
+            for (const auto& p : collect.found)
+                if (p.name == piece.of) from = &p;
+            const Index n = from ? from->where.shape_of().numel() : 0;
+            if (!from || piece.offset < 0 || piece.offset + piece.shape.numel() > n)
+                throw std::logic_error(std::string(owner_) + ": " + piece.name + ": no piece of " +
+                                       (from ? "" : "a parameter named ") + piece.of);
+            detail::DeclaredParameter<T> q = from->where;
+            if (q.is_view) {
+                q.value_view = TensorView<T>(q.value_view.data() + piece.offset, piece.shape);
+                q.grad_view = TensorView<T>(q.grad_view.data() + piece.offset, piece.shape);
+            } else {
+                q.sliced = !q.holder;
+                q.offset += piece.offset;
+                q.shape = piece.shape;
+            }
+            walk_.parameter(prefix_ + piece.name, from->owner, q);
+        }
+    }
+    /// A child of a module of the older contract, whose parameters that module lists itself.
+    template <class Child>
+    void unlisted_child(Child& c) {
+        c.walk_module(walk_, prefix_, false);
+    }
+    /// A random stream the module's forwards draw from (dropout): a counter or a generator,
+    /// saved and restored by random_state().
+    void random(std::uint64_t& counter) { walk_.random(counter); }
+    void random(Generator& g) { walk_.random(g); }
+
+private:
+    Walk& walk_;
+    std::string prefix_;
+    const char* owner_;
+    bool list_;
+};
+
 /// The module contract (CRTP base). A layer `class Foo : public Module<Foo, T>` provides
 ///
-///   static constexpr const char* kName = "headwise::Foo";          // prefix of error messages
-///   template <class Self, class Visit>
-///   static void visit_parameters(Self& self, Visit&& visit);       // visit(name, value, grad)
+///   static constexpr const char* kName = "headwise::Foo";   // prefix of error messages
+///   template <class D>
+///   void declare(D& d);                                      // its parts, once, in order
 ///
-/// where `Self` is `Foo` or `const Foo` and `value`, `grad` are views of matching constness, in
-/// the order of torch's state_dict(). A layer made of layers visits each child with a name prefix
-/// (see visit_child) and forwards train()/eval() to its children through
+/// where the declaration calls, in the order of torch's state_dict() and under its names,
 ///
-///   template <class Self, class Visit>
-///   static void visit_children(Self& self, Visit&& visit);          // visit(child module)
+///   d.parameter("bias", value, grad);        // a Tensor<T> and its gradient (may be empty until
+///                                            // first needed: allocated zero to value's shape)
+///   d.parameter("weight", w);                // a WeightMatrix<T> the module multiplies by
+///   d.parameter("q_proj_weight", w, offset, shape);    // a view of one (a block of several)
+///   d.child("self_attn", self_attn_);        // a module: its parts under "self_attn."
+///   d.renamed_child(attention_, pieces);     // a module: its parameters listed (and cut) under
+///                                          // this module's own names (ParameterPiece)
+///   d.random(counter) / d.random(generator); // a random stream its forwards draw from
 ///
-/// From these the base gives every layer the same surface:
-///   parameters()                       name, value view, gradient view of every parameter
-///   zero_grad()                        every gradient to zero
+/// (own random streams before children, so that random_state() lists a module's streams before
+/// its children's). From that one declaration the base gives every module the same surface:
+///   parameters(), named_parameters()   name, value view, gradient view of every parameter
+///   parameter_count(), zero_grad()
 ///   state_dict(prefix), grad_dict(prefix)      copies under torch's names, optionally prefixed
-///   load_state_dict(sd, prefix)        strict; checked in full before anything is written
+///   load_state_dict(sd, prefix, rules) strict (LoadRules: what to skip, other spellings);
+///                                      checked in full before anything is written
 ///   train(on), eval(), is_training()   a new module is in training mode, as in torch
+///   with_precision(p, float_weights), precision(), float_weights_released()
+///                                      every WeightMatrix of the tree switched at once
+///   memory_bytes()                     the bytes of the parameters as stored
 ///   random_state(), load_random_state(words)   where its dropout streams are (for checkpoints)
-/// and each layer adds `forward(...)` returning what its `backward(...)` consumes. A layer whose
-/// forwards draw random numbers (dropout) also visits each std::uint64_t counter and Generator
-/// they draw from, so that random_state() covers them:
+/// and each layer adds `forward(...)` and the `backward(...)` that consumes what it returns.
 ///
-///   template <class Self, class Visit>
-///   static void visit_random_state(Self& self, Visit&& visit);     // visit(counter), visit(g)
+/// The older form of the contract still works for modules written against it: static
+/// `visit_parameters(self, visit)` (visit(name, value, grad) for every parameter, children's
+/// included under their prefixes), `visit_children(self, visit)` and
+/// `visit_random_state(self, visit)`. Modules that declare() get a visit_parameters from the
+/// base, so either kind may hold the other.
 template <class Derived, class T>
 class Module {
 public:
@@ -66,22 +276,16 @@ public:
     using StateDict = headwise::StateDict<T>;
 
     /// Views of every parameter and its gradient, under state_dict() names.
-    std::vector<Parameter<T>> parameters() {
-        std::vector<Parameter<T>> out;
-        Derived::visit_parameters(
-            derived(), [&](const std::string& name, TensorView<T> value, TensorView<T> grad) {
-                out.push_back({name, value, grad});
-            });
-        return out;
-    }
+    std::vector<Parameter<T>> parameters() { return collect<T>(); }
     std::vector<Parameter<const T>> parameters() const {
         std::vector<Parameter<const T>> out;
-        Derived::visit_parameters(derived(), [&](const std::string& name, TensorView<const T> value,
-                                                 TensorView<const T> grad) {
-            out.push_back({name, value, grad});
-        });
+        for (const Parameter<T>& p : mutable_self().template collect<T>())
+            out.push_back({p.name, p.value, p.grad});
         return out;
     }
+    /// The same as parameters() (torch's name for the named form).
+    std::vector<Parameter<T>> named_parameters() { return parameters(); }
+    std::vector<Parameter<const T>> named_parameters() const { return parameters(); }
 
     /// Number of learnt scalars.
     Index parameter_count() const {
@@ -112,47 +316,96 @@ public:
     /// Strict load. Without a prefix `state` must hold exactly the keys of state_dict(), each with
     /// its shape. With a prefix (e.g. "encoder.layers.0.") only the keys that start with it are
     /// read, with the prefix removed, and those must be exactly this module's; keys without the
-    /// prefix belong to other modules and are ignored. Everything is checked before anything is
-    /// written, so a failed load leaves the module as it was; the views from parameters() stay
-    /// valid.
-    void load_state_dict(const StateDict& state, const std::string& prefix = "");
+    /// prefix belong to other modules and are ignored. `rules` relaxes this as data (keys to
+    /// skip, other spellings, optional parameters: see LoadRules). Everything is checked before
+    /// anything is written, so a failed load leaves the module as it was; the views from
+    /// parameters() stay valid, and the copies of every WeightMatrix in a lower precision are
+    /// taken anew from the loaded values. Gradients are not allocated by a load. Errors name
+    /// `function` (a model's loader that calls this), else "<kName>::load_state_dict".
+    void load_state_dict(const StateDict& state, const std::string& prefix = "",
+                         const LoadRules& rules = {}, const char* function = nullptr);
 
-    /// Training mode (the default for a new module) or evaluation mode; forwarded to children.
-    void train(bool on = true) {
-        training_ = on;
-        Derived::visit_children(derived(), [on](auto& child) { child.train(on); });
-    }
+    /// Training mode (the default for a new module) or evaluation mode, for the whole tree.
+    /// Switching to evaluation mode takes new copies of the weights in a lower precision (see
+    /// with_precision), so that evaluation after training steps reads the current weights.
+    void train(bool on = true);
     void eval() { train(false); }
     bool is_training() const noexcept { return training_; }
 
+    /// Precision::bf16 (float modules only): every weight matrix of the module and its children
+    /// (the WeightMatrix holders: Linear's weight, MultiheadAttention's projections) multiplied in
+    /// bf16 with float accumulation; everything else stays float. With FloatWeights::keep the
+    /// float weights stay the master weights: training is mixed precision (each training-mode
+    /// product rounds the current float weight), evaluation reads bf16 copies taken here, on
+    /// every eval() and after every load_state_dict (after changing weights in evaluation mode
+    /// otherwise, call with_precision(Precision::bf16) again). With FloatWeights::release
+    /// (inference only) the float weight matrices and their gradients are freed after the copies
+    /// are taken: forward and decode give the results of keep bit for bit, every call that needs
+    /// a float weight throws std::logic_error naming itself before anything changes, and
+    /// with_precision(Precision::float32) brings float weights back, widened exactly from bf16.
+    /// Throws std::invalid_argument naming "<kName>::with_precision" for a value that is no
+    /// enumerator or bf16 on a double module, std::logic_error for bf16 with FloatWeights::keep
+    /// once released; all before anything changes. See precision.hpp and docs/precision.md.
+    Derived& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep);
+    Precision precision() const noexcept { return precision_; }
+    /// Whether any weight of the tree was released by with_precision(bf16, release).
+    bool float_weights_released() const;
+    /// Bytes of the parameters as stored (float weights unless released, their copies in a
+    /// lower precision, every other parameter); gradients and scratch not counted.
+    std::size_t memory_bytes() const;
+
     /// Where the random streams of this module and its children stand (dropout: each Dropout's
     /// seed and count of masks drawn, each MultiheadAttention's generator), as integers in a
-    /// fixed order (this module's, then its children's in visit_children order). Not part of
-    /// state_dict(), so that state dicts keep torch's names. A module that loads this from a module
-    /// of the same architecture (its weights too, with load_state_dict) draws the masks the other
-    /// one would have drawn next: training continues exactly. Generator words are valid with the
-    /// standard library that wrote them (see generator_state).
-    std::vector<std::uint64_t> random_state() const {
-        std::vector<std::uint64_t> words;
-        append_random_state(words);
-        return words;
-    }
+    /// fixed order (this module's, then its children's in declaration order). Not part of
+    /// state_dict(), so that state dicts keep torch's names. A module that loads this from a
+    /// module of the same architecture (its weights too, with load_state_dict) draws the masks
+    /// the other one would have drawn next: training continues exactly. Generator words are
+    /// valid with the standard library that wrote them (see generator_state).
+    std::vector<std::uint64_t> random_state() const;
     /// Restores random_state(). Strict: throws std::invalid_argument naming the function when
     /// the word count differs from this module's or a generator's words are no generator state,
     /// before anything changes.
     void load_random_state(const std::vector<std::uint64_t>& words);
 
-    /// Default: no children.
+    /// The older contract's parameter walk, for modules that declare(): visit(name, value, grad)
+    /// for every parameter (gradients allocated), values and gradients const for a const Self.
+    template <class Self, class Visit>
+    static void visit_parameters(Self& self, Visit&& visit) {
+        for (const Parameter<T>& p : const_cast<Derived&>(self).template collect<T>())
+            visit(p.name, p.value, p.grad);
+    }
+    /// Default: no children (older contract).
     template <class Self, class Visit>
     static void visit_children(Self&, Visit&&) {}
-    /// Default: no random streams of its own.
+    /// Default: no random streams of its own (older contract).
     template <class Self, class Visit>
     static void visit_random_state(Self&, Visit&&) {}
+
+    /// The declaration of a module of the older contract, built from its visits.
+    template <class D>
+    void declare(D& d) {
+        Derived::visit_parameters(derived(), [&](const std::string& name, TensorView<T> value,
+                                                 TensorView<T> grad) {
+            d.parameter_view(name, value, grad);
+        });
+        Derived::visit_random_state(derived(), [&](auto& stream) { d.random(stream); });
+        Derived::visit_children(derived(), [&](auto& child) { d.unlisted_child(child); });
+    }
+
+    /// Runs one of the contract's walks over this module and its children (Declaration::child
+    /// calls it); `list_parameters` false for a child whose parent lists its parameters.
+    template <class Walk>
+    void walk_module(Walk& walk, const std::string& prefix, bool list_parameters) {
+        walk.module(training_, precision_);
+        Declaration<T, Walk> d(walk, prefix, Derived::kName, list_parameters);
+        derived().declare(d);
+    }
 
 protected:
     Module() = default;
 
-    /// Visits the parameters of `child` with `prefix` (e.g. "linear1.") before each name.
+    /// Visits the parameters of `child` with `prefix` (e.g. "linear1.") before each name
+    /// (older contract).
     template <class Child, class Visit>
     static void visit_child(Child& child, const std::string& prefix, Visit&& visit) {
         std::remove_const_t<Child>::visit_parameters(
@@ -162,32 +415,138 @@ protected:
     }
 
     bool training_ = true;
+    Precision precision_ = Precision::float32;
 
 private:
-    template <class, class>
-    friend class Module;  // children's random state, whatever their layer type
-
     Derived& derived() noexcept { return static_cast<Derived&>(*this); }
-    const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+    Derived& mutable_self() const noexcept {
+        return const_cast<Derived&>(static_cast<const Derived&>(*this));
+    }
 
-    void append_random_state(std::vector<std::uint64_t>& words) const;
-    // Pass 1 (`parsed` empty on entry, `apply` false): checks words[pos...] and parses each
-    // generator's words into `parsed`. Pass 2 (`apply` true): assigns counters and `parsed`.
-    void read_random_state(const std::vector<std::uint64_t>& words, std::size_t& pos,
-                           std::vector<Generator>& parsed, std::size_t& next_parsed, bool apply,
-                           const std::string& fn);
+    /// Every declared parameter (name, owner kName, where it is), refusing released weights
+    /// (naming "<owner>::visit_parameters") before anything is allocated.
+    std::vector<detail::ListedParameter<T>> list_parameters();
+    template <class U>
+    std::vector<Parameter<U>> collect() {
+        std::vector<Parameter<U>> out;
+        for (const detail::ListedParameter<T>& p : list_parameters())
+            out.push_back({p.name, p.where.value_of(), p.where.grad_of()});
+        return out;
+    }
+    /// Every WeightMatrix of the tree, each once.
+    std::vector<WeightMatrix<T>*> weights();
+    /// Every random stream of the tree, in order (a counter or a generator each).
+    std::vector<std::pair<std::uint64_t*, Generator*>> random_streams();
 };
 
 // ---- definitions ----------------------------------------------------------------------------
 
+namespace detail {
+
+template <class T>
+struct ListParametersWalk : NoWalk<T> {
+    std::vector<ListedParameter<T>> found;
+    void parameter(const std::string& name, const char* owner, const DeclaredParameter<T>& p) {
+        found.push_back({name, owner, p});
+    }
+};
+
+template <class T>
+struct WeightsWalk : NoWalk<T> {
+    std::vector<WeightMatrix<T>*> found;
+    void weight(WeightMatrix<T>& w) {
+        if (std::find(found.begin(), found.end(), &w) == found.end()) found.push_back(&w);
+    }
+};
+
+template <class T>
+struct RandomWalk : NoWalk<T> {
+    std::vector<std::pair<std::uint64_t*, Generator*>> streams;
+    void random(std::uint64_t& c) { streams.push_back({&c, nullptr}); }
+    void random(Generator& g) { streams.push_back({nullptr, &g}); }
+};
+
+template <class T>
+struct ModesWalk : NoWalk<T> {
+    bool training = true;
+    bool set_precision = false;
+    Precision precision = Precision::float32;
+    void module(bool& t, Precision& p) {
+        if (set_precision)
+            p = precision;
+        else
+            t = training;
+    }
+};
+
+}  // namespace detail
+
 template <class Derived, class T>
-void Module<Derived, T>::load_state_dict(const StateDict& state, const std::string& prefix) {
-    const std::string fn = std::string(Derived::kName) + "::load_state_dict";
-    const std::vector<Parameter<T>> params = parameters();
+std::vector<detail::ListedParameter<T>> Module<Derived, T>::list_parameters() {
+    detail::ListParametersWalk<T> walk;
+    walk_module(walk, "", true);
+    for (const detail::ListedParameter<T>& p : walk.found)
+        if (p.where.released())
+            detail::throw_float_weights_released(
+                std::string(p.owner) + "::visit_parameters",
+                "this call needs the float weights (the module is inference-only) "
+                "(with_precision(Precision::float32) brings them back, widened from bf16)");
+    return std::move(walk.found);
+}
+
+template <class Derived, class T>
+std::vector<WeightMatrix<T>*> Module<Derived, T>::weights() {
+    detail::WeightsWalk<T> walk;
+    walk_module(walk, "", true);
+    return std::move(walk.found);
+}
+
+template <class Derived, class T>
+std::vector<std::pair<std::uint64_t*, Generator*>> Module<Derived, T>::random_streams() {
+    detail::RandomWalk<T> walk;
+    walk_module(walk, "", true);
+    return std::move(walk.streams);
+}
+
+template <class Derived, class T>
+void Module<Derived, T>::load_state_dict(const StateDict& state, const std::string& prefix,
+                                         const LoadRules& rules, const char* function) {
+    const std::string fn =
+        function ? std::string(function) : std::string(Derived::kName) + "::load_state_dict";
+    const std::vector<detail::ListedParameter<T>> params = list_parameters();
+    auto has = [](const std::vector<std::string>& names, const std::string& n) {
+        return std::find(names.begin(), names.end(), n) != names.end();
+    };
     auto expected_keys = [&] {
         std::string keys;
-        for (const Parameter<T>& p : params) keys += (keys.empty() ? "" : ", ") + prefix + p.name;
+        for (const auto& p : params) keys += (keys.empty() ? "" : ", ") + prefix + p.name;
         return keys;
+    };
+    // The key each parameter is read from: its name, else an alias the state dict has; or
+    // none (an optional parameter the state dict lacks).
+    std::vector<const Tensor<T>*> source(params.size(), nullptr);
+    std::vector<std::string> used;  // keys read, after the prefix
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        auto it = state.find(prefix + params[i].name);
+        if (it == state.end())
+            for (const auto& alias : rules.aliases)
+                if (alias.first == params[i].name) {
+                    it = state.find(prefix + alias.second);
+                    if (it != state.end()) break;
+                }
+        if (it != state.end()) {
+            source[i] = &it->second;
+            used.push_back(it->first.substr(prefix.size()));
+        }
+    }
+    auto ignored = [&](const std::string& key) {
+        if (has(rules.ignored, key)) return true;
+        for (const std::string& s : rules.ignored_prefixes)
+            if (key.compare(0, s.size(), s) == 0) return true;
+        for (const std::string& s : rules.ignored_suffixes)
+            if (key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0)
+                return true;
+        return false;
     };
     // Keys this load reads that no parameter has (only those under the prefix, if one is given).
     std::vector<std::string> unexpected;
@@ -196,23 +555,24 @@ void Module<Derived, T>::load_state_dict(const StateDict& state, const std::stri
             if (prefix.empty()) unexpected.push_back(entry.first);
             continue;
         }
-        bool known = false;
-        for (const Parameter<T>& p : params) known = known || prefix + p.name == entry.first;
-        if (!known) unexpected.push_back(entry.first);
+        const std::string key = entry.first.substr(prefix.size());
+        if (!has(used, key) && !ignored(key)) unexpected.push_back(entry.first);
     }
     auto also_unexpected = [&] {
         std::string s;
         for (const std::string& key : unexpected) s += (s.empty() ? "" : ", ") + key;
         return s.empty() ? std::string() : " (unexpected keys: " + s + ")";
     };
-    for (const Parameter<T>& p : params) {
-        const std::string key = prefix + p.name;
-        const auto it = state.find(key);
-        if (it == state.end())
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const std::string key = prefix + params[i].name;
+        const Shape shape = params[i].where.shape_of();
+        if (!source[i]) {
+            if (has(rules.optional, params[i].name)) continue;
             throw std::invalid_argument(fn + ": " + key +
                                         ": missing from the state dict, expected shape " +
-                                        p.value.shape().str() + also_unexpected());
-        detail::check_shape(fn.c_str(), key.c_str(), it->second.shape(), p.value.shape());
+                                        shape.str() + also_unexpected());
+        }
+        detail::check_shape(fn.c_str(), key.c_str(), source[i]->shape(), shape);
     }
     if (!unexpected.empty()) {
         const Tensor<T>& extra = state.at(unexpected.front());
@@ -220,54 +580,74 @@ void Module<Derived, T>::load_state_dict(const StateDict& state, const std::stri
                                     ": unexpected key in the state dict (shape " +
                                     extra.shape().str() + "); expected keys: " + expected_keys());
     }
-    for (const Parameter<T>& p : params) {
-        const Tensor<T>& src = state.at(prefix + p.name);
-        std::copy_n(src.data(), src.numel(), p.value.data());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        if (!source[i]) continue;
+        const TensorView<T> dst = params[i].where.value_of();
+        std::copy_n(source[i]->data(), source[i]->numel(), dst.data());
     }
+    for (WeightMatrix<T>* w : weights()) w->refresh();
 }
 
 template <class Derived, class T>
-void Module<Derived, T>::append_random_state(std::vector<std::uint64_t>& words) const {
-    Derived::visit_random_state(derived(), [&](const auto& stream) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(stream)>, Generator>) {
-            const std::vector<std::uint64_t> g = generator_state(stream);
+void Module<Derived, T>::train(bool on) {
+    detail::ModesWalk<T> walk;
+    walk.training = on;
+    walk_module(walk, "", true);
+    if (!on)
+        for (WeightMatrix<T>* w : weights()) w->refresh();
+}
+
+template <class Derived, class T>
+Derived& Module<Derived, T>::with_precision(Precision precision, FloatWeights float_weights) {
+    const std::string fn = std::string(Derived::kName) + "::with_precision";
+    if (precision != Precision::float32 && precision != Precision::bf16)
+        throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
+                               std::to_string(static_cast<int>(precision)));
+    if (precision == Precision::bf16 && !std::is_same_v<T, float>) {
+        std::string type = Derived::kName;
+        type = type.substr(type.rfind(':') + 1);
+        throw_invalid_argument(fn, "precision", "Precision::float32 for a " + type + "<double>",
+                               "Precision::bf16 (bf16 is for float modules)");
+    }
+    detail::check_precision<T>(fn.c_str(), precision, float_weights, float_weights_released());
+    for (WeightMatrix<T>* w : weights()) w->set_precision(precision, float_weights);
+    detail::ModesWalk<T> walk;
+    walk.set_precision = true;
+    walk.precision = precision;
+    walk_module(walk, "", true);
+    return derived();
+}
+
+template <class Derived, class T>
+bool Module<Derived, T>::float_weights_released() const {
+    for (const WeightMatrix<T>* w : mutable_self().weights())
+        if (w->released()) return true;
+    return false;
+}
+
+template <class Derived, class T>
+std::size_t Module<Derived, T>::memory_bytes() const {
+    detail::ListParametersWalk<T> walk;
+    mutable_self().walk_module(walk, "", true);
+    std::size_t bytes = 0;
+    for (const detail::ListedParameter<T>& p : walk.found)
+        if (!p.where.holder) bytes += sizeof(T) * static_cast<std::size_t>(p.where.shape_of().numel());
+    for (const WeightMatrix<T>* w : mutable_self().weights()) bytes += w->memory_bytes();
+    return bytes;
+}
+
+template <class Derived, class T>
+std::vector<std::uint64_t> Module<Derived, T>::random_state() const {
+    std::vector<std::uint64_t> words;
+    for (const auto& s : mutable_self().random_streams()) {
+        if (s.first) {
+            words.push_back(*s.first);
+        } else {
+            const std::vector<std::uint64_t> g = generator_state(*s.second);
             words.insert(words.end(), g.begin(), g.end());
-        } else {
-            static_assert(std::is_same_v<std::decay_t<decltype(stream)>, std::uint64_t>,
-                          "visit_random_state visits std::uint64_t counters and Generators");
-            words.push_back(stream);
         }
-    });
-    Derived::visit_children(derived(),
-                            [&](const auto& child) { child.append_random_state(words); });
-}
-
-template <class Derived, class T>
-void Module<Derived, T>::read_random_state(const std::vector<std::uint64_t>& words,
-                                           std::size_t& pos, std::vector<Generator>& parsed,
-                                           std::size_t& next_parsed, bool apply,
-                                           const std::string& fn) {
-    Derived::visit_random_state(derived(), [&](auto& stream) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(stream)>, Generator>) {
-            const std::size_t n = generator_state(stream).size();
-            if (apply) {
-                stream = parsed[next_parsed++];
-            } else {
-                Generator g;
-                set_generator_state(
-                    g, std::vector<std::uint64_t>(words.begin() + pos, words.begin() + pos + n), fn,
-                    "words[" + std::to_string(pos) + ", " + std::to_string(pos + n) + ")");
-                parsed.push_back(g);
-            }
-            pos += n;
-        } else {
-            if (apply) stream = words[pos];
-            ++pos;
-        }
-    });
-    Derived::visit_children(derived(), [&](auto& child) {
-        child.read_random_state(words, pos, parsed, next_parsed, apply, fn);
-    });
+    }
+    return words;
 }
 
 template <class Derived, class T>
@@ -278,11 +658,33 @@ void Module<Derived, T>::load_random_state(const std::vector<std::uint64_t>& wor
         throw std::invalid_argument(fn + ": words: expected " + std::to_string(expected) +
                                     " words (this module's random streams), got " +
                                     std::to_string(words.size()));
+    const auto streams = random_streams();
+    // Every generator parsed first (a malformed one throws before anything changes).
     std::vector<Generator> parsed;
-    std::size_t pos = 0, next_parsed = 0;
-    read_random_state(words, pos, parsed, next_parsed, /*apply=*/false, fn);
+    std::size_t pos = 0;
+    for (const auto& s : streams) {
+        if (s.first) {
+            ++pos;
+            continue;
+        }
+        const std::size_t n = generator_state(*s.second).size();
+        Generator g;
+        set_generator_state(
+            g, std::vector<std::uint64_t>(words.begin() + pos, words.begin() + pos + n), fn,
+            "words[" + std::to_string(pos) + ", " + std::to_string(pos + n) + ")");
+        parsed.push_back(g);
+        pos += n;
+    }
     pos = 0;
-    read_random_state(words, pos, parsed, next_parsed, /*apply=*/true, fn);
+    std::size_t next = 0;
+    for (const auto& s : streams) {
+        if (s.first) {
+            *s.first = words[pos++];
+        } else {
+            pos += generator_state(*s.second).size();
+            *s.second = parsed[next++];
+        }
+    }
 }
 
 }  // namespace headwise

@@ -32,8 +32,9 @@ public:
         return dx;
     }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self&, Visit&&) {}
+    /// No parameters (the module contract).
+    template <class D>
+    void declare(D&) {}
 };
 
 }  // namespace headwise

@@ -49,10 +49,10 @@ public:
     TensorView<T> grad_weight() noexcept { return grad_weight_.view(); }
     TensorView<const T> grad_weight() const noexcept { return grad_weight_.view(); }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        if (!self.affine_) return;
-        visit("weight", self.weight_.view(), self.grad_weight_.view());
+    /// "weight" [C] with the affine, else nothing (the module contract).
+    template <class D>
+    void declare(D& d) {
+        if (affine_) d.parameter("weight", weight_, grad_weight_);
     }
 
 private:

@@ -88,35 +88,8 @@ public:
     /// residual branch's gradient.
     void backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy, TensorView<T> dx);
 
-    /// Precision::bf16 (SwiGLU<float> only): gate_proj, up_proj and down_proj run their products
-    /// in bf16 (see Linear::with_precision: bf16 copies of the weights taken here, the float
-    /// parameters kept); SiLU and the gating product stay float. In training mode that is
-    /// mixed-precision training, backward included. After changing the weights in evaluation
-    /// mode, call with_precision(Precision::bf16) again;
-    /// Precision::float32 returns the three to float. Throws std::invalid_argument for bf16 on a
-    /// SwiGLU<double>, or a value that is no Precision enumerator, before any Linear changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward gives the results of keep bit for bit;
-    /// backward, parameters(), state_dict() and load_state_dict() throw std::logic_error before
-    /// anything changes; with_precision(Precision::bf16, FloatWeights::keep) throws
-    /// std::logic_error; with_precision(Precision::float32) brings float weights back, widened
-    /// from bf16.
-    SwiGLU& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep) {
-        detail::check_precision<T>("headwise::SwiGLU::with_precision", precision, float_weights,
-                                   float_weights_released());
-        gate_proj_.with_precision(precision, float_weights);
-        up_proj_.with_precision(precision, float_weights);
-        down_proj_.with_precision(precision, float_weights);
-        precision_ = precision;
-        return *this;
-    }
-    Precision precision() const noexcept { return precision_; }
-    /// Whether any of the three Linears' float weights are released.
-    bool float_weights_released() const noexcept {
-        return gate_proj_.float_weights_released() || up_proj_.float_weights_released() ||
-               down_proj_.float_weights_released();
-    }
+    /// with_precision (Module): gate_proj, up_proj and down_proj multiply in the chosen format;
+    /// SiLU and the gating product stay float.
 
     Index hidden_size() const noexcept { return E_; }
     Index intermediate_size() const noexcept { return I_; }
@@ -128,17 +101,12 @@ public:
     Linear<T>& down_proj() noexcept { return down_proj_; }
     const Linear<T>& down_proj() const noexcept { return down_proj_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        SwiGLU::visit_child(self.gate_proj_, "gate_proj.", visit);
-        SwiGLU::visit_child(self.up_proj_, "up_proj.", visit);
-        SwiGLU::visit_child(self.down_proj_, "down_proj.", visit);
-    }
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.gate_proj_);
-        visit(self.up_proj_);
-        visit(self.down_proj_);
+    /// gate_proj, up_proj, down_proj (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("gate_proj", gate_proj_);
+        d.child("up_proj", up_proj_);
+        d.child("down_proj", down_proj_);
     }
 
 private:
@@ -153,7 +121,6 @@ private:
     Linear<T> gate_proj_;  // [I, E]
     Linear<T> up_proj_;    // [I, E]
     Linear<T> down_proj_;  // [E, I]
-    Precision precision_ = Precision::float32;
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -218,7 +185,7 @@ const SwiGLUActivations<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd, con
 template <class T>
 Tensor<T> SwiGLU<T>::backward(const SwiGLUForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::SwiGLU::backward";
-    detail::check_float_weights(fn, float_weights_released(),
+    detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());
@@ -231,7 +198,7 @@ template <class T>
 void SwiGLU<T>::backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy,
                               TensorView<T> dx) {
     constexpr const char* fn = "headwise::SwiGLU::backward_into";
-    detail::check_float_weights(fn, float_weights_released(),
+    detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
     detail::check_shape(fn, "grad_output", dy.shape(), s.x.shape());

@@ -132,40 +132,8 @@ public:
     }
     const Options& options() const noexcept { return options_; }
 
-    /// Precision::bf16 (TransformerDecoderLayer<float> only): self_attn, multihead_attn, linear1
-    /// and linear2 run their products in bf16 (see MultiheadAttention::with_precision and
-    /// Linear::with_precision: bf16 copies of their weights taken here, the float parameters
-    /// kept); the norms, the activation, dropout and the residual sums stay float. In training
-    /// mode that is mixed-precision training (float master weights, bf16 products in forward and
-    /// backward, float gradients). After changing the weights in evaluation mode, call
-    /// with_precision(Precision::bf16) again.
-    /// Precision::float32 returns every sub-module to float. Throws std::invalid_argument for
-    /// bf16 on a TransformerDecoderLayer<double>, or a value that is no Precision enumerator,
-    /// before any sub-module changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward gives the results of keep bit for bit;
-    /// backward, parameters(), state_dict() and load_state_dict() throw std::logic_error before
-    /// anything changes; with_precision(Precision::bf16, FloatWeights::keep) throws
-    /// std::logic_error; with_precision(Precision::float32) brings float weights back, widened
-    /// from bf16.
-    TransformerDecoderLayer& with_precision(Precision precision,
-                                            FloatWeights float_weights = FloatWeights::keep) {
-        detail::check_precision<T>("headwise::TransformerDecoderLayer::with_precision", precision,
-                                   float_weights, float_weights_released());
-        self_attn_.with_precision(precision, float_weights);
-        multihead_attn_.with_precision(precision, float_weights);
-        linear1_.with_precision(precision, float_weights);
-        linear2_.with_precision(precision, float_weights);
-        precision_ = precision;
-        return *this;
-    }
-    Precision precision() const noexcept { return precision_; }
-    /// Whether any sub-module's float weights are released.
-    bool float_weights_released() const noexcept {
-        return self_attn_.float_weights_released() || multihead_attn_.float_weights_released() ||
-               linear1_.float_weights_released() || linear2_.float_weights_released();
-    }
+    /// with_precision (Module): the attention projections, linear1 and linear2 multiply in the
+    /// chosen format; the norms, the activation, dropout and the residual sums stay float.
 
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
@@ -177,19 +145,20 @@ public:
     LayerNorm<T>& norm2() noexcept { return norm2_; }
     LayerNorm<T>& norm3() noexcept { return norm3_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit);
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.self_attn_);
-        visit(self.multihead_attn_);
-        visit(self.norm1_);
-        visit(self.norm2_);
-        visit(self.norm3_);
-        visit(self.dropout_);
-        visit(self.dropout1_);
-        visit(self.dropout2_);
-        visit(self.dropout3_);
+    /// The sub-modules under torch's names, in its state_dict() order (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("self_attn", self_attn_);
+        d.child("multihead_attn", multihead_attn_);
+        d.child("linear1", linear1_);
+        d.child("linear2", linear2_);
+        d.child("norm1", norm1_);
+        d.child("norm2", norm2_);
+        d.child("norm3", norm3_);
+        d.child("dropout", dropout_);
+        d.child("dropout1", dropout1_);
+        d.child("dropout2", dropout2_);
+        d.child("dropout3", dropout3_);
     }
 
 private:
@@ -210,7 +179,6 @@ private:
     Linear<T> linear1_, linear2_;
     LayerNorm<T> norm1_, norm2_, norm3_;
     Dropout<T> dropout_, dropout1_, dropout2_, dropout3_;
-    Precision precision_ = Precision::float32;
 
     /// The seed of child `child` (0: the weights' generator, 1: self_attn, 2: multihead_attn,
     /// 3-6: dropout, dropout1, dropout2, dropout3).
@@ -220,19 +188,6 @@ private:
 };
 
 // ---- definitions ----------------------------------------------------------------------------
-
-template <class T>
-template <class Self, class Visit>
-void TransformerDecoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
-    // torch's state_dict() order.
-    TransformerDecoderLayer::visit_child(self.self_attn_, "self_attn.", visit);
-    TransformerDecoderLayer::visit_child(self.multihead_attn_, "multihead_attn.", visit);
-    TransformerDecoderLayer::visit_child(self.linear1_, "linear1.", visit);
-    TransformerDecoderLayer::visit_child(self.linear2_, "linear2.", visit);
-    TransformerDecoderLayer::visit_child(self.norm1_, "norm1.", visit);
-    TransformerDecoderLayer::visit_child(self.norm2_, "norm2.", visit);
-    TransformerDecoderLayer::visit_child(self.norm3_, "norm3.", visit);
-}
 
 template <class T>
 const TransformerDecoderLayerOptions& TransformerDecoderLayer<T>::checked(const Options& o) {
@@ -380,7 +335,7 @@ template <class T>
 TransformerDecoderLayerGradients<T> TransformerDecoderLayer<T>::backward(
     const TransformerDecoderLayerForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::TransformerDecoderLayer::backward";
-    detail::check_float_weights(fn, float_weights_released(),
+    detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +

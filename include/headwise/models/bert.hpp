@@ -15,10 +15,9 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <cstdint>    // std::int64_t, std::uint64_t
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
-#include <set>        // std::set
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
-#include <utility>    // std::move, std::pair
+#include <utility>    // std::move
 #include <vector>     // std::vector
 
 #include "../config.hpp"
@@ -69,7 +68,7 @@ struct BertConfig {
 /// with Hugging Face's parameter names (attention.self.query.weight, ...,
 /// attention.output.dense, attention.output.LayerNorm, intermediate.dense, output.dense,
 /// output.LayerNorm). The attention is a MultiheadAttention: BERT's separate query, key and value
-/// Linears are the row blocks [0, E), [E, 2E), [2E, 3E) of its packed in_proj_weight, visited
+/// Linears are the row blocks [0, E), [E, 2E), [2E, 3E) of its packed in_proj_weight, declared
 /// under their own names, so a state dict of either layout loads with one copy and any
 /// Projection computes from the same memory. Inference only: forward in any mode computes the
 /// same and there is no backward (the model has no dropout at inference).
@@ -93,56 +92,30 @@ public:
         attention_.with_projection(projection);
         return *this;
     }
-    /// Precision::bf16 (float layers only): the attention's projections and the feed-forward
-    /// Linears (intermediate.dense, output.dense) run their products in bf16 (bf16 copies of
-    /// their weights taken here, the float parameters kept); the LayerNorms, GELU, softmax and
-    /// the residual sums stay float. Throws std::invalid_argument for bf16 on a double layer or
-    /// a value that is no Precision enumerator, before any sub-module changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
-    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
-    /// std::logic_error before anything changes; with_precision(Precision::bf16,
-    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
-    /// float weights back, widened from bf16.
-    BertLayer& with_precision(Precision precision,
-                              FloatWeights float_weights = FloatWeights::keep) {
-        headwise::detail::check_precision<T>("headwise::models::BertLayer::with_precision",
-                                             precision, float_weights, float_weights_released());
-        attention_.with_precision(precision, float_weights);
-        intermediate_.with_precision(precision, float_weights);
-        output_.with_precision(precision, float_weights);
-        return *this;
-    }
-    Precision precision() const noexcept { return attention_.precision(); }
-    /// Whether any sub-module's float weights are released.
-    bool float_weights_released() const noexcept {
-        return attention_.float_weights_released() || intermediate_.float_weights_released() ||
-               output_.float_weights_released();
-    }
+    /// with_precision (Module; float layers only): the attention's projections and the
+    /// feed-forward Linears (intermediate.dense, output.dense) run their products in bf16; the
+    /// LayerNorms, GELU, softmax and the residual sums stay float (see
+    /// BertModel::with_precision).
+
     MultiheadAttention<T>& attention() noexcept { return attention_; }
     const MultiheadAttention<T>& attention() const noexcept { return attention_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit);
-    /// visit(name, value) for every parameter under the names of visit_parameters, without
-    /// the gradients (so that loading weights allocates none).
-    template <class Visit>
-    void visit_values(Visit&& visit);
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.attention_);
-        visit(self.attention_norm_);
-        visit(self.intermediate_);
-        visit(self.output_);
-        visit(self.output_norm_);
+    /// Its parameters under Hugging Face's names, in their order (the module contract): the
+    /// attention's in_proj_weight and in_proj_bias cut into the query, key and value blocks,
+    /// out_proj as attention.output.dense, then the LayerNorms and the feed-forward Linears.
+    template <class D>
+    void declare(D& d) {
+        d.renamed_child(attention_, attention_pieces());
+        d.child("attention.output.LayerNorm", attention_norm_);
+        d.child("intermediate.dense", intermediate_);
+        d.child("output.dense", output_);
+        d.child("output.LayerNorm", output_norm_);
     }
 
 private:
-    template <class>
-    friend class BertModel;  // moves loaded weights into the feed-forward Linears
-
     static MultiheadAttentionOptions attention_options(const BertConfig& c, Projection p);
+    /// The attention's parameters as BERT names them.
+    std::vector<ParameterPiece> attention_pieces() const;
 
     Generator rng_;  // draws the linears' initial weights
     MultiheadAttention<T> attention_;
@@ -157,10 +130,10 @@ private:
 ///   then each of the N BertLayers.
 /// Parameters under Hugging Face's names (embeddings.word_embeddings.weight, ...,
 /// encoder.layer.N.attention.self.query.weight, ...). The pooler (dense + tanh on [CLS], used by
-/// next-sentence prediction, not by sentence embeddings) is not part of it: from_pretrained
-/// ignores pooler.* entries, and the int64 embeddings.position_ids buffer (0, 1, 2, ...) that
-/// older checkpoints hold. Inference only; a model is in evaluation mode from the start, as
-/// transformers' from_pretrained returns it.
+/// next-sentence prediction, not by sentence embeddings) is not part of it: load_pretrained and
+/// from_pretrained ignore pooler.* entries, and the int64 embeddings.position_ids buffer (0, 1,
+/// 2, ...) that older checkpoints hold (pretrained_rules()). Inference only; a model is in
+/// evaluation mode from the start, as transformers' from_pretrained returns it.
 template <class T>
 class BertModel : public Module<BertModel<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -188,7 +161,16 @@ public:
 
     /// Loads a checkpoint's state dict: the encoder's keys, strictly (each present, each of its
     /// shape); pooler.* and embeddings.position_ids are ignored; `prefix` is removed first.
-    void load_pretrained(StateDict<T> state, const std::string& prefix = "");
+    /// load_state_dict with pretrained_rules(), its errors naming this function; throws
+    /// std::logic_error when the float weights are released.
+    void load_pretrained(const StateDict<T>& state, const std::string& prefix = "");
+    /// What a checkpoint holds beside the encoder's parameters: the keys load_pretrained skips.
+    static LoadRules pretrained_rules() {
+        LoadRules rules;
+        rules.ignored = {"embeddings.position_ids"};
+        rules.ignored_prefixes = {"pooler."};
+        return rules;
+    }
 
     /// input_ids [B, L] (or [L]) -> last_hidden_state [B, L, E] (or [L, E]). padding_mask
     /// [B, L], true = padding, or empty for none; token_type_ids [B, L] or empty for all 0.
@@ -210,61 +192,35 @@ public:
         for (BertLayer<T>& l : layers_) l.with_projection(projection);
         return *this;
     }
-    /// Precision::bf16 (BertModel<float> only; inference): every layer's attention
-    /// projections and feed-forward Linears run their products in bf16 (see
-    /// BertLayer::with_precision); the embeddings, the LayerNorms, GELU, softmax and the
-    /// residual sums stay float. load_pretrained() in bf16 takes new bf16 copies of what it
-    /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
-    /// bf16 on a BertModel<double>, or a value that is no Precision enumerator, before any
-    /// layer changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
-    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
-    /// std::logic_error before anything changes; with_precision(Precision::bf16,
-    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
-    /// float weights back, widened from bf16.
-    BertModel& with_precision(Precision precision,
-                              FloatWeights float_weights = FloatWeights::keep) {
-        headwise::detail::check_precision<T>("headwise::models::BertModel::with_precision",
-                                             precision, float_weights, float_weights_released());
-        for (BertLayer<T>& l : layers_) l.with_precision(precision, float_weights);
-        precision_ = precision;
-        return *this;
-    }
-    Precision precision() const noexcept { return precision_; }
-    /// Whether any layer's float weights are released.
-    bool float_weights_released() const noexcept {
-        for (const BertLayer<T>& l : layers_)
-            if (l.float_weights_released()) return true;
-        return false;
-    }
+    /// with_precision (Module; BertModel<float> only; inference): Precision::bf16 runs every
+    /// layer's attention projections and feed-forward Linears in bf16; the embeddings, the
+    /// LayerNorms, GELU, softmax and the residual sums stay float. load_pretrained() in bf16
+    /// takes new bf16 copies of what it loads. FloatWeights::release frees the float weight
+    /// matrices (see MultiheadAttention and Linear); what needs them (parameters(),
+    /// state_dict(), load_state_dict(), load_pretrained()) then throws std::logic_error.
+
     const BertConfig& config() const noexcept { return config_; }
     std::vector<BertLayer<T>>& layers() noexcept { return layers_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit);
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.word_embeddings_);
-        visit(self.position_embeddings_);
-        visit(self.token_type_embeddings_);
-        visit(self.embeddings_norm_);
-        for (auto& layer : self.layers_) visit(layer);
+    /// Its parameters under Hugging Face's names, in their order (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("embeddings.word_embeddings", word_embeddings_);
+        d.child("embeddings.position_embeddings", position_embeddings_);
+        d.child("embeddings.token_type_embeddings", token_type_embeddings_);
+        d.child("embeddings.LayerNorm", embeddings_norm_);
+        for (std::size_t i = 0; i < layers_.size(); ++i)
+            d.child("encoder.layer." + std::to_string(i), layers_[i]);
     }
 
 private:
     static const BertConfig& checked(const BertConfig& c);
-    /// load_pretrained; with `take`, the embeddings' and Linears' tensors are moved out of
-    /// `state` into the modules instead of copied.
-    void load_checked(StateDict<T>& state, const std::string& prefix, bool take);
 
     BertConfig config_;
     Generator rng_;  // draws the embeddings' initial weights
     Embedding<T> word_embeddings_, position_embeddings_, token_type_embeddings_;
     LayerNorm<T> embeddings_norm_;
     std::vector<BertLayer<T>> layers_;
-    Precision precision_ = Precision::float32;
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -331,69 +287,18 @@ BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, uninitialize
       act_(c.hidden_act) {}
 
 template <class T>
-template <class Visit>
-void BertLayer<T>::visit_values(Visit&& visit) {
-    // The attention keeps its gradients whatever this layer does; its values are cut as in
-    // visit_parameters.
-    auto attention = attention_.parameters();
+std::vector<ParameterPiece> BertLayer<T>::attention_pieces() const {
+    // in_proj_weight [3E, E]: query rows, key rows, value rows; in_proj_bias [3E] likewise.
     const Index E = attention_.embed_dim();
-    for (const auto& p : attention) {
-        if (p.name == "in_proj_weight") {
-            const char* names[3] = {"attention.self.query.weight", "attention.self.key.weight",
-                                    "attention.self.value.weight"};
-            for (Index i = 0; i < 3; ++i)
-                visit(names[i], view(p.value.data() + i * E * E, Shape{E, E}));
-        } else if (p.name == "in_proj_bias") {
-            const char* names[3] = {"attention.self.query.bias", "attention.self.key.bias",
-                                    "attention.self.value.bias"};
-            for (Index i = 0; i < 3; ++i) visit(names[i], view(p.value.data() + i * E, Shape{E}));
-        } else if (p.name == "out_proj.weight") {
-            visit("attention.output.dense.weight", p.value);
-        } else if (p.name == "out_proj.bias") {
-            visit("attention.output.dense.bias", p.value);
-        }
-    }
-    visit("attention.output.LayerNorm.weight", attention_norm_.weight());
-    visit("attention.output.LayerNorm.bias", attention_norm_.bias());
-    visit("intermediate.dense.weight", intermediate_.weight());
-    visit("intermediate.dense.bias", intermediate_.bias());
-    visit("output.dense.weight", output_.weight());
-    visit("output.dense.bias", output_.bias());
-    visit("output.LayerNorm.weight", output_norm_.weight());
-    visit("output.LayerNorm.bias", output_norm_.bias());
-}
-
-template <class T>
-template <class Self, class Visit>
-void BertLayer<T>::visit_parameters(Self& self, Visit&& visit) {
-    // The attention's packed parameters, cut into BERT's query, key and value blocks.
-    auto attention = self.attention_.parameters();  // in_proj_weight, in_proj_bias, out_proj.*
-    const Index E = self.attention_.embed_dim();
-    auto find = [&](const char* name) {
-        for (auto& p : attention)
-            if (p.name == name) return p;
-        throw std::logic_error(std::string("headwise::models::BertLayer: the attention has no ") +
-                               name);
-    };
-    const auto w = find("in_proj_weight");  // [3E, E]: query rows, key rows, value rows
-    const auto b = find("in_proj_bias");    // [3E]
-    const char* names[3] = {"attention.self.query.", "attention.self.key.",
-                            "attention.self.value."};
-    for (Index i = 0; i < 3; ++i) {
-        const std::string prefix = names[i];
-        visit(prefix + "weight", view(w.value.data() + i * E * E, Shape{E, E}),
-              view(w.grad.data() + i * E * E, Shape{E, E}));
-        visit(prefix + "bias", view(b.value.data() + i * E, Shape{E}),
-              view(b.grad.data() + i * E, Shape{E}));
-    }
-    const auto ow = find("out_proj.weight");
-    const auto ob = find("out_proj.bias");
-    visit("attention.output.dense.weight", ow.value, ow.grad);
-    visit("attention.output.dense.bias", ob.value, ob.grad);
-    BertLayer::visit_child(self.attention_norm_, "attention.output.LayerNorm.", visit);
-    BertLayer::visit_child(self.intermediate_, "intermediate.dense.", visit);
-    BertLayer::visit_child(self.output_, "output.dense.", visit);
-    BertLayer::visit_child(self.output_norm_, "output.LayerNorm.", visit);
+    const Shape matrix{E, E}, vector{E};
+    return {{"attention.self.query.weight", "in_proj_weight", 0, matrix},
+            {"attention.self.query.bias", "in_proj_bias", 0, vector},
+            {"attention.self.key.weight", "in_proj_weight", E * E, matrix},
+            {"attention.self.key.bias", "in_proj_bias", E, vector},
+            {"attention.self.value.weight", "in_proj_weight", 2 * E * E, matrix},
+            {"attention.self.value.bias", "in_proj_bias", 2 * E, vector},
+            {"attention.output.dense.weight", "out_proj.weight", 0, matrix},
+            {"attention.output.dense.bias", "out_proj.bias", 0, vector}};
 }
 
 template <class T>
@@ -461,111 +366,12 @@ BertModel<T>::BertModel(const BertConfig& config, Projection projection, uniniti
 }
 
 template <class T>
-template <class Self, class Visit>
-void BertModel<T>::visit_parameters(Self& self, Visit&& visit) {
-    BertModel::visit_child(self.word_embeddings_, "embeddings.word_embeddings.", visit);
-    BertModel::visit_child(self.position_embeddings_, "embeddings.position_embeddings.", visit);
-    BertModel::visit_child(self.token_type_embeddings_, "embeddings.token_type_embeddings.", visit);
-    BertModel::visit_child(self.embeddings_norm_, "embeddings.LayerNorm.", visit);
-    for (std::size_t i = 0; i < self.layers_.size(); ++i)
-        BertModel::visit_child(self.layers_[i], "encoder.layer." + std::to_string(i) + ".", visit);
-}
-
-template <class T>
-void BertModel<T>::load_pretrained(StateDict<T> state, const std::string& prefix) {
-    headwise::detail::check_float_weights(
-        (std::string(kName) + "::load_pretrained").c_str(), float_weights_released(),
-        "loading writes the float weights (the model is inference-only)");
-    load_checked(state, prefix, false);
-    if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
-}
-
-template <class T>
-void BertModel<T>::load_checked(StateDict<T>& state, const std::string& prefix, bool take) {
-    // As load_state_dict (strict, everything checked before anything is written, the same
-    // messages), but through the values alone: a model constructed uninitialized then keeps
-    // its gradient buffers unallocated. A checkpoint's pooler and position_ids buffer are not
-    // the encoder's; with a prefix, keys outside it (the heads of BertFor... models) are
-    // ignored.
+void BertModel<T>::load_pretrained(const StateDict<T>& state, const std::string& prefix) {
     const std::string fn = std::string(kName) + "::load_pretrained";
-    std::vector<std::pair<std::string, TensorView<T>>> values;
-    const auto add = [&](const std::string& name, TensorView<T> v) {
-        values.emplace_back(name, v);
-    };
-    add("embeddings.word_embeddings.weight", word_embeddings_.weight());
-    add("embeddings.position_embeddings.weight", position_embeddings_.weight());
-    add("embeddings.token_type_embeddings.weight", token_type_embeddings_.weight());
-    add("embeddings.LayerNorm.weight", embeddings_norm_.weight());
-    add("embeddings.LayerNorm.bias", embeddings_norm_.bias());
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-        const std::string layer = "encoder.layer." + std::to_string(i) + ".";
-        layers_[i].visit_values(
-            [&](const std::string& name, TensorView<T> v) { add(layer + name, v); });
-    }
-    std::vector<std::string> unexpected;
-    for (const auto& entry : state) {
-        const std::string& key = entry.first;
-        if (key.compare(0, prefix.size(), prefix) != 0) {
-            if (prefix.empty()) unexpected.push_back(key);
-            continue;
-        }
-        const std::string name = key.substr(prefix.size());
-        if (name.compare(0, 7, "pooler.") == 0 || name == "embeddings.position_ids") continue;
-        bool known = false;
-        for (const auto& v : values) known = known || v.first == name;
-        if (!known) unexpected.push_back(key);
-    }
-    std::string also_unexpected;
-    for (const std::string& key : unexpected)
-        also_unexpected += (also_unexpected.empty() ? " (unexpected keys: " : ", ") + key;
-    if (!also_unexpected.empty()) also_unexpected += ")";
-    for (const auto& [name, v] : values) {
-        const std::string key = prefix + name;
-        const auto it = state.find(key);
-        if (it == state.end())
-            throw std::invalid_argument(fn + ": " + key +
-                                        ": missing from the state dict, expected shape " +
-                                        v.shape().str() + also_unexpected);
-        headwise::detail::check_shape(fn.c_str(), key.c_str(), it->second.shape(), v.shape());
-    }
-    if (!unexpected.empty()) {
-        std::string expected;
-        for (const auto& v : values) expected += (expected.empty() ? "" : ", ") + prefix + v.first;
-        throw std::invalid_argument(
-            fn + ": " + unexpected.front() + ": unexpected key in the state dict (shape " +
-            state.at(unexpected.front()).shape().str() + "); expected keys: " + expected);
-    }
-    // Every check passed: nothing below throws.
-    std::set<std::string> taken;
-    if (take) {
-        const auto move = [&](const std::string& name, auto&& into) {
-            into(std::move(state.at(prefix + name)));
-            taken.insert(name);
-        };
-        move("embeddings.word_embeddings.weight",
-             [&](Tensor<T>&& t) { word_embeddings_.take_weight(std::move(t)); });
-        move("embeddings.position_embeddings.weight",
-             [&](Tensor<T>&& t) { position_embeddings_.take_weight(std::move(t)); });
-        move("embeddings.token_type_embeddings.weight",
-             [&](Tensor<T>&& t) { token_type_embeddings_.take_weight(std::move(t)); });
-        for (std::size_t i = 0; i < layers_.size(); ++i) {
-            const std::string layer = "encoder.layer." + std::to_string(i) + ".";
-            BertLayer<T>& l = layers_[i];
-            move(layer + "intermediate.dense.weight",
-                 [&](Tensor<T>&& t) { l.intermediate_.take_weight(std::move(t)); });
-            move(layer + "intermediate.dense.bias",
-                 [&](Tensor<T>&& t) { l.intermediate_.take_bias(std::move(t)); });
-            move(layer + "output.dense.weight",
-                 [&](Tensor<T>&& t) { l.output_.take_weight(std::move(t)); });
-            move(layer + "output.dense.bias",
-                 [&](Tensor<T>&& t) { l.output_.take_bias(std::move(t)); });
-        }
-    }
-    for (const auto& [name, v] : values) {
-        if (taken.count(name)) continue;
-        const Tensor<T>& src = state.at(prefix + name);
-        std::copy_n(src.data(), src.numel(), v.data());
-    }
+    headwise::detail::check_float_weights(
+        fn.c_str(), this->float_weights_released(),
+        "loading writes the float weights (the model is inference-only)");
+    this->load_state_dict(state, prefix, pretrained_rules(), fn.c_str());
 }
 
 template <class T>
@@ -576,7 +382,7 @@ BertModel<T> BertModel<T>::from_pretrained(const std::string& dir, Projection pr
     const BertConfig config = BertConfig::from_json_file(config_path);
     const std::string weights = base + "model.safetensors";
     // Integer entries (the position_ids buffer) load as T; load_pretrained ignores them.
-    StateDict<T> state = io::load_safetensors<T>(weights);
+    const StateDict<T> state = io::load_safetensors<T>(weights);
     // A BertFor... checkpoint keeps the encoder under "bert.".
     const bool prefixed = state.count("embeddings.word_embeddings.weight") == 0 &&
                           state.count("bert.embeddings.word_embeddings.weight") != 0;
@@ -601,7 +407,7 @@ BertModel<T> BertModel<T>::from_pretrained(const std::string& dir, Projection pr
             {{"intermediate_size", config.intermediate_size}, E});
     BertModel model(config, projection, uninitialized);
     try {
-        model.load_checked(state, prefix, /*take=*/true);
+        model.load_pretrained(state, prefix);
     } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string(fn) + ": " + weights + ": " + e.what());
     }

@@ -11,13 +11,12 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>  // std::copy_n
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
-#include <utility>    // std::pair
+#include <utility>    // std::move
 #include <vector>     // std::vector
 
 #include "../config.hpp"
@@ -74,7 +73,7 @@ struct LlamaConfig {
 ///   y = h + down_proj(SiLU(gate_proj(n2)) ⊙ up_proj(n2)),                      n2 = RMSNorm(h)
 /// causal, grouped-query (query head i reads key/value head i / (H / Hkv)), RoPE rotate_half.
 /// The attention is a MultiheadAttention whose packed in_proj_weight holds q_proj's rows, then
-/// k_proj's, then v_proj's; they are visited under Hugging Face's names (self_attn.q_proj.weight,
+/// k_proj's, then v_proj's; they are declared under Hugging Face's names (self_attn.q_proj.weight,
 /// ...), so a checkpoint loads with one copy. Inference only: runs through decode() with a KV
 /// cache (a forward is a decode into an empty cache).
 template <class T>
@@ -101,52 +100,27 @@ public:
         self_attn_.with_projection(projection);
         return *this;
     }
-    /// Precision::bf16 (float layers only): the attention's projections and the MLP's three
-    /// Linears run their products in bf16 (bf16 copies of their weights taken here, the float
-    /// parameters kept); the RMSNorms, RoPE, softmax and the residual sums stay float. Throws
-    /// std::invalid_argument for bf16 on a double layer or a value that is no Precision
-    /// enumerator, before any sub-module changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
-    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
-    /// std::logic_error before anything changes; with_precision(Precision::bf16,
-    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
-    /// float weights back, widened from bf16.
-    LlamaDecoderLayer& with_precision(Precision precision,
-                                      FloatWeights float_weights = FloatWeights::keep) {
-        headwise::detail::check_precision<T>("headwise::models::LlamaDecoderLayer::with_precision",
-                                             precision, float_weights, float_weights_released());
-        self_attn_.with_precision(precision, float_weights);
-        mlp_.with_precision(precision, float_weights);
-        return *this;
-    }
-    Precision precision() const noexcept { return self_attn_.precision(); }
-    /// Whether the attention's or the MLP's float weights are released.
-    bool float_weights_released() const noexcept {
-        return self_attn_.float_weights_released() || mlp_.float_weights_released();
-    }
+    /// with_precision (Module; float layers): the attention's projections and the MLP's three
+    /// Linears multiply in bf16 (FloatWeights::release frees their float weights: see
+    /// Module::with_precision); the RMSNorms, RoPE, softmax and the residual sums stay float.
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit);
-    /// visit(name, value) for every parameter under visit_parameters' names, without touching
-    /// the gradients (so that loading weights allocates none).
-    template <class Visit>
-    void visit_values(Visit&& visit);
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.input_layernorm_);
-        visit(self.self_attn_);
-        visit(self.post_attention_layernorm_);
-        visit(self.mlp_);
+    /// input_layernorm, self_attn (its packed in-projection's row blocks as q_proj, k_proj and
+    /// v_proj, out_proj as o_proj), post_attention_layernorm, mlp (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("input_layernorm", input_layernorm_);
+        d.renamed_child(self_attn_, attention_pieces());
+        d.child("post_attention_layernorm", post_attention_layernorm_);
+        d.child("mlp", mlp_);
     }
 
 private:
     static MultiheadAttentionOptions attention_options(const LlamaConfig& c, Projection p);
-    /// Calls visit(name, row block of `w`, row block of `g`) for q, k and v (and the biases).
-    template <class W, class Visit>
-    static void visit_in_proj(const detail::InProjLayout& layout, bool bias, W w, W b, W gw, W gb,
-                              Visit&& visit);
+
+    /// The attention's parameters as a Llama checkpoint names them, in transformers' order:
+    /// self_attn.q_proj.weight [E, E] (and .bias), k_proj.* [Hkv D, E], v_proj.* (the row
+    /// blocks of in_proj_weight and in_proj_bias), o_proj.* (out_proj.*).
+    std::vector<ParameterPiece> attention_pieces() const;
 
     RMSNorm<T> input_layernorm_;
     MultiheadAttention<T> self_attn_;
@@ -206,75 +180,48 @@ public:
                       TensorView<const bool> padding_mask = {});
 
     /// Loads a checkpoint's state dict under `prefix` ("model." for a LlamaForCausalLM's):
-    /// strictly (each key present, each of its shape, no unknown key under the prefix;
-    /// rotary_emb.inv_freq buffers are ignored), everything checked before anything is written.
+    /// load_state_dict(state, prefix, load_rules()), its errors naming this function: strict
+    /// (each key present, each of its shape, no unknown key under the prefix; rotary_emb.inv_freq
+    /// buffers are ignored), everything checked before anything is written. Throws
+    /// std::logic_error when the float weights are released, before anything changes.
     void load_pretrained(const StateDict<T>& state, const std::string& prefix = "");
+    /// What a Llama checkpoint holds besides the parameters: the rotary_emb.inv_freq buffers
+    /// that transformers saved.
+    static LoadRules load_rules() {
+        LoadRules rules;
+        rules.ignored_suffixes = {"rotary_emb.inv_freq"};
+        return rules;
+    }
 
     LlamaModel& with_projection(Projection projection) {
         for (LlamaDecoderLayer<T>& l : layers_) l.with_projection(projection);
         return *this;
     }
-    /// Precision::bf16 (LlamaModel<float> only; inference): every layer's attention
-    /// projections and MLP Linears run their products in bf16 (see
-    /// LlamaDecoderLayer::with_precision); the embedding, the norms, RoPE, softmax and the
-    /// residual sums stay float. load_pretrained() in bf16 takes new bf16 copies of what it
-    /// loads. Precision::float32 returns every layer to float. Throws std::invalid_argument for
-    /// bf16 on a LlamaModel<double>, or a value that is no Precision enumerator, before any
-    /// layer changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
-    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
-    /// std::logic_error before anything changes; with_precision(Precision::bf16,
-    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
-    /// float weights back, widened from bf16.
-    LlamaModel& with_precision(Precision precision,
-                               FloatWeights float_weights = FloatWeights::keep) {
-        headwise::detail::check_precision<T>("headwise::models::LlamaModel::with_precision",
-                                             precision, float_weights, float_weights_released());
-        for (LlamaDecoderLayer<T>& l : layers_) l.with_precision(precision, float_weights);
-        precision_ = precision;
-        return *this;
-    }
-    Precision precision() const noexcept { return precision_; }
-    /// Whether any layer's float weights are released.
-    bool float_weights_released() const noexcept {
-        for (const LlamaDecoderLayer<T>& l : layers_)
-            if (l.float_weights_released()) return true;
-        return false;
-    }
+    /// with_precision (Module; LlamaModel<float>, inference): every layer's attention
+    /// projections and MLP Linears multiply in bf16 (see LlamaDecoderLayer); the embedding, the
+    /// norms, RoPE, softmax and the residual sums stay float. load_pretrained() in bf16 takes new
+    /// bf16 copies of what it loads.
     const LlamaConfig& config() const noexcept { return config_; }
     std::vector<LlamaDecoderLayer<T>>& layers() noexcept { return layers_; }
     Embedding<T>& embed_tokens() noexcept { return embed_tokens_; }
     const Embedding<T>& embed_tokens() const noexcept { return embed_tokens_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit);
-    template <class Visit>
-    void visit_values(Visit&& visit);
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.embed_tokens_);
-        for (auto& layer : self.layers_) visit(layer);
-        visit(self.norm_);
+    /// embed_tokens, layers.0 ... layers.N-1, norm (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("embed_tokens", embed_tokens_);
+        for (std::size_t i = 0; i < layers_.size(); ++i)
+            d.child("layers." + std::to_string(i), layers_[i]);
+        d.child("norm", norm_);
     }
 
 private:
     static const LlamaConfig& checked(const LlamaConfig& c);
-    /// Strict loading by name: every (name, view) of `values` must be in `state` under prefix +
-    /// name with the view's shape; keys under `prefix` that are no value's and not `ignored`
-    /// are errors. Everything is checked before anything is copied.
-    template <class Ignored>
-    static void load_values(const std::string& fn, const StateDict<T>& state,
-                            const std::string& prefix,
-                            const std::vector<std::pair<std::string, TensorView<T>>>& values,
-                            Ignored&& ignored);
 
     LlamaConfig config_;
     Embedding<T> embed_tokens_;
     std::vector<LlamaDecoderLayer<T>> layers_;
     RMSNorm<T> norm_;
-    Precision precision_ = Precision::float32;
 };
 
 /// transformers' LlamaForCausalLM: a LlamaModel ("model.") and lm_head [V, E] without bias
@@ -302,8 +249,15 @@ public:
                                             Projection projection = Projection::fused);
 
     /// Strict loading of a LlamaForCausalLM state dict (model.*, and lm_head.weight unless the
-    /// embeddings are tied; a tied checkpoint's lm_head.weight, when present, is ignored).
+    /// embeddings are tied; a tied checkpoint's lm_head.weight, when present, is ignored):
+    /// load_state_dict(state, "", load_rules()), its errors naming this function.
     void load_pretrained(const StateDict<T>& state);
+    /// LlamaModel's rules, and a tied checkpoint's lm_head.weight skipped.
+    LoadRules load_rules() const {
+        LoadRules rules = LlamaModel<T>::load_rules();
+        if (model_.config().tie_word_embeddings) rules.ignored.push_back("lm_head.weight");
+        return rules;
+    }
 
     /// See LlamaModel::make_cache.
     LlamaCache<T> make_cache(Index batch, Index capacity,
@@ -322,46 +276,19 @@ public:
         model_.with_projection(projection);
         return *this;
     }
-    /// Precision::bf16 (LlamaForCausalLM<float> only; inference): the model's layers as
-    /// LlamaModel::with_precision, and lm_head's product in bf16 unless the embeddings are tied
-    /// (then the logits multiply by the float embedding matrix). load_pretrained() in bf16
-    /// takes new bf16 copies. Throws std::invalid_argument for bf16 on a double model, or a
-    /// value that is no Precision enumerator, before anything changes.
-    /// FloatWeights::release (with bf16; inference only) is forwarded to every sub-module switched:
-    /// their float weight matrices and gradients are freed (see Linear::with_precision and
-    /// MultiheadAttention::with_precision); forward and decode give the results of keep bit for
-    /// bit; parameters(), state_dict(), load_state_dict() and load_pretrained() throw
-    /// std::logic_error before anything changes; with_precision(Precision::bf16,
-    /// FloatWeights::keep) throws std::logic_error; with_precision(Precision::float32) brings
-    /// float weights back, widened from bf16.
-    /// With tied embeddings lm_head is not switched and the embedding matrix stays float.
-    LlamaForCausalLM& with_precision(Precision precision,
-                                     FloatWeights float_weights = FloatWeights::keep) {
-        headwise::detail::check_precision<T>("headwise::models::LlamaForCausalLM::with_precision",
-                                             precision, float_weights, float_weights_released());
-        model_.with_precision(precision, float_weights);
-        if (!model_.config().tie_word_embeddings) lm_head_.with_precision(precision, float_weights);
-        return *this;
-    }
-    Precision precision() const noexcept { return model_.precision(); }
-    /// Whether the model's or lm_head's float weights are released.
-    bool float_weights_released() const noexcept {
-        return model_.float_weights_released() || lm_head_.float_weights_released();
-    }
+    /// with_precision (Module; LlamaForCausalLM<float>, inference): the model's layers as
+    /// LlamaModel's, and lm_head's product in bf16 unless the embeddings are tied: a tied
+    /// lm_head is no part of the module (not declared), the logits multiply by the float
+    /// embedding matrix.
     const LlamaConfig& config() const noexcept { return model_.config(); }
     LlamaModel<T>& model() noexcept { return model_; }
     const LlamaModel<T>& model() const noexcept { return model_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        LlamaForCausalLM::visit_child(self.model_, "model.", visit);
-        if (!self.model_.config().tie_word_embeddings)
-            LlamaForCausalLM::visit_child(self.lm_head_, "lm_head.", visit);
-    }
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.model_);
-        if (!self.model_.config().tie_word_embeddings) visit(self.lm_head_);
+    /// model, then lm_head unless the embeddings are tied (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("model", model_);
+        if (!model_.config().tie_word_embeddings) d.child("lm_head", lm_head_);
     }
 
 private:
@@ -480,78 +407,22 @@ LlamaDecoderLayer<T>::LlamaDecoderLayer(const LlamaConfig& c, Projection project
 }
 
 template <class T>
-template <class W, class Visit>
-void LlamaDecoderLayer<T>::visit_in_proj(const detail::InProjLayout& layout, bool bias, W w, W b,
-                                         W gw, W gb, Visit&& visit) {
+std::vector<ParameterPiece> LlamaDecoderLayer<T>::attention_pieces() const {
     // The packed in_proj_weight [E + 2 Hkv D, E]: q_proj's E rows, k_proj's Hkv D, v_proj's.
-    const char* names[3] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."};
-    for (int i : {detail::kQuery, detail::kKey, detail::kValue}) {
-        const std::string prefix = names[i];
-        const Shape ws = layout.weight_shape(i);
-        visit(prefix + "weight", view(w + layout.weight_offset(i), ws),
-              view(gw + layout.weight_offset(i), ws));
-        if (bias) {
-            const Shape bs{layout.rows(i)};
-            visit(prefix + "bias", view(b + layout.bias_offset(i), bs),
-                  view(gb + layout.bias_offset(i), bs));
-        }
-    }
-}
-
-template <class T>
-template <class Self, class Visit>
-void LlamaDecoderLayer<T>::visit_parameters(Self& self, Visit&& visit) {
-    LlamaDecoderLayer::visit_child(self.input_layernorm_, "input_layernorm.", visit);
-    auto attention = self.self_attn_.parameters();  // in_proj_weight, [in_proj_bias,] out_proj.*
-    const auto find = [&](const char* name) {
-        for (auto& p : attention)
-            if (p.name == name) return p;
-        throw std::logic_error(std::string(kName) + ": the attention has no " + name);
-    };
-    const bool bias = self.self_attn_.options().bias;
-    const auto w = find("in_proj_weight");
-    const auto empty = w;  // stands for the biases when there are none (not visited)
-    const auto b = bias ? find("in_proj_bias") : empty;
-    const detail::InProjLayout layout =
-        detail::make_in_proj_layout<T>(kName, self.self_attn_.options());
-    visit_in_proj(layout, bias, w.value.data(), b.value.data(), w.grad.data(), b.grad.data(),
-                  visit);
-    const auto ow = find("out_proj.weight");
-    visit("self_attn.o_proj.weight", ow.value, ow.grad);
-    if (bias) {
-        const auto ob = find("out_proj.bias");
-        visit("self_attn.o_proj.bias", ob.value, ob.grad);
-    }
-    LlamaDecoderLayer::visit_child(self.post_attention_layernorm_, "post_attention_layernorm.",
-                                   visit);
-    LlamaDecoderLayer::visit_child(self.mlp_, "mlp.", visit);
-}
-
-template <class T>
-template <class Visit>
-void LlamaDecoderLayer<T>::visit_values(Visit&& visit) {
-    visit("input_layernorm.weight", input_layernorm_.weight());
-    const bool bias = self_attn_.options().bias;
-    auto attention = self_attn_.parameters();
-    TensorView<T> w, b, ow, ob;
-    for (auto& p : attention) {
-        if (p.name == "in_proj_weight") w = p.value;
-        if (p.name == "in_proj_bias") b = p.value;
-        if (p.name == "out_proj.weight") ow = p.value;
-        if (p.name == "out_proj.bias") ob = p.value;
-    }
     const detail::InProjLayout layout = detail::make_in_proj_layout<T>(kName, self_attn_.options());
-    visit_in_proj(layout, bias, w.data(), b.data(), w.data(), b.data(),
-                  [&](const std::string& name, TensorView<T> v, TensorView<T>) { visit(name, v); });
-    visit("self_attn.o_proj.weight", ow);
-    if (bias) visit("self_attn.o_proj.bias", ob);
-    visit("post_attention_layernorm.weight", post_attention_layernorm_.weight());
-    visit("mlp.gate_proj.weight", mlp_.gate_proj().weight());
-    if (mlp_.has_bias()) visit("mlp.gate_proj.bias", mlp_.gate_proj().bias());
-    visit("mlp.up_proj.weight", mlp_.up_proj().weight());
-    if (mlp_.has_bias()) visit("mlp.up_proj.bias", mlp_.up_proj().bias());
-    visit("mlp.down_proj.weight", mlp_.down_proj().weight());
-    if (mlp_.has_bias()) visit("mlp.down_proj.bias", mlp_.down_proj().bias());
+    const bool bias = self_attn_.options().bias;
+    const char* names[3] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."};
+    std::vector<ParameterPiece> pieces;
+    for (int i : {detail::kQuery, detail::kKey, detail::kValue}) {
+        pieces.push_back({std::string(names[i]) + "weight", "in_proj_weight",
+                          layout.weight_offset(i), layout.weight_shape(i)});
+        if (bias)
+            pieces.push_back({std::string(names[i]) + "bias", "in_proj_bias",
+                              layout.bias_offset(i), Shape{layout.rows(i)}});
+    }
+    pieces.push_back({"self_attn.o_proj.weight", "out_proj.weight", 0, Shape{layout.E, layout.E}});
+    if (bias) pieces.push_back({"self_attn.o_proj.bias", "out_proj.bias", 0, Shape{layout.E}});
+    return pieces;
 }
 
 template <class T>
@@ -601,77 +472,12 @@ LlamaModel<T>::LlamaModel(const LlamaConfig& config, Projection projection, unin
 }
 
 template <class T>
-template <class Self, class Visit>
-void LlamaModel<T>::visit_parameters(Self& self, Visit&& visit) {
-    LlamaModel::visit_child(self.embed_tokens_, "embed_tokens.", visit);
-    for (std::size_t i = 0; i < self.layers_.size(); ++i)
-        LlamaModel::visit_child(self.layers_[i], "layers." + std::to_string(i) + ".", visit);
-    LlamaModel::visit_child(self.norm_, "norm.", visit);
-}
-
-template <class T>
-template <class Visit>
-void LlamaModel<T>::visit_values(Visit&& visit) {
-    visit("embed_tokens.weight", embed_tokens_.weight());
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-        const std::string layer = "layers." + std::to_string(i) + ".";
-        layers_[i].visit_values(
-            [&](const std::string& name, TensorView<T> v) { visit(layer + name, v); });
-    }
-    visit("norm.weight", norm_.weight());
-}
-
-/// Strict loading by name: every (name, view) of `values` must be in `state` under prefix +
-/// name with the view's shape; keys under `prefix` that are no value's and not in `ignored`
-/// are errors. Everything is checked before anything is copied.
-template <class T>
-template <class Ignored>
-void LlamaModel<T>::load_values(const std::string& fn, const StateDict<T>& state,
-                                const std::string& prefix,
-                                const std::vector<std::pair<std::string, TensorView<T>>>& values,
-                                Ignored&& ignored) {
-    std::vector<std::string> unexpected;
-    for (const auto& entry : state) {
-        const std::string& key = entry.first;
-        if (key.compare(0, prefix.size(), prefix) != 0) continue;
-        const std::string name = key.substr(prefix.size());
-        bool known = ignored(name);
-        for (const auto& v : values) known = known || v.first == name;
-        if (!known) unexpected.push_back(key);
-    }
-    for (const auto& [name, v] : values) {
-        const std::string key = prefix + name;
-        const auto it = state.find(key);
-        if (it == state.end())
-            throw std::invalid_argument(fn + ": " + key +
-                                        ": missing from the state dict, expected shape " +
-                                        v.shape().str());
-        headwise::detail::check_shape(fn.c_str(), key.c_str(), it->second.shape(), v.shape());
-    }
-    if (!unexpected.empty())
-        throw std::invalid_argument(fn + ": " + unexpected.front() +
-                                    ": unexpected key in the state dict (shape " +
-                                    state.at(unexpected.front()).shape().str() + ")");
-    for (const auto& [name, v] : values) {
-        const Tensor<T>& src = state.at(prefix + name);
-        std::copy_n(src.data(), src.numel(), v.data());
-    }
-}
-
-template <class T>
 void LlamaModel<T>::load_pretrained(const StateDict<T>& state, const std::string& prefix) {
+    const std::string fn = std::string(kName) + "::load_pretrained";
     headwise::detail::check_float_weights(
-        (std::string(kName) + "::load_pretrained").c_str(), float_weights_released(),
+        fn.c_str(), this->float_weights_released(),
         "loading writes the float weights (the model is inference-only)");
-    std::vector<std::pair<std::string, TensorView<T>>> values;
-    visit_values([&](const std::string& name, TensorView<T> v) { values.emplace_back(name, v); });
-    const auto ignored = [](const std::string& name) {
-        const std::string buffer = "rotary_emb.inv_freq";
-        return name.size() >= buffer.size() &&
-               name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
-    };
-    load_values(std::string(kName) + "::load_pretrained", state, prefix, values, ignored);
-    if (precision_ == Precision::bf16) with_precision(Precision::bf16);  // copies of the new
+    this->load_state_dict(state, prefix, load_rules(), fn.c_str());
 }
 
 template <class T>
@@ -745,31 +551,13 @@ template <class T>
 void LlamaForCausalLM<T>::load_pretrained(const StateDict<T>& state) {
     const std::string fn = std::string(kName) + "::load_pretrained";
     headwise::detail::check_float_weights(
-        fn.c_str(), float_weights_released(),
+        fn.c_str(), this->float_weights_released(),
         "loading writes the float weights (the model is inference-only)");
-    const bool tied = model_.config().tie_word_embeddings;
-    for (const auto& entry : state) {
-        const std::string& key = entry.first;
-        if (key.compare(0, 6, "model.") != 0 && !(key == "lm_head.weight"))
-            throw std::invalid_argument(fn + ": " + key +
-                                        ": unexpected key in the state dict (shape " +
-                                        entry.second.shape().str() + ")");
-    }
-    if (!tied) {
-        const auto it = state.find("lm_head.weight");
-        const Shape expected{model_.config().vocab_size, model_.config().hidden_size};
-        if (it == state.end())
-            throw std::invalid_argument(
-                fn + ": lm_head.weight: missing from the state dict, expected shape " +
-                expected.str() + " (tie_word_embeddings is false)");
-        headwise::detail::check_shape(fn.c_str(), "lm_head.weight", it->second.shape(), expected);
-    }
-    model_.load_pretrained(state, "model.");
-    if (!tied) {
-        const Tensor<T>& w = state.at("lm_head.weight");
-        std::copy_n(w.data(), w.numel(), lm_head_.weight().data());
-        if (lm_head_.precision() == Precision::bf16) lm_head_.with_precision(Precision::bf16);
-    }
+    if (!model_.config().tie_word_embeddings && state.count("lm_head.weight") == 0)
+        throw std::invalid_argument(fn + ": lm_head.weight: missing from the state dict, expected "
+                                         "shape " + lm_head_.weight().shape().str() +
+                                    " (tie_word_embeddings is false)");
+    this->load_state_dict(state, "", load_rules(), fn.c_str());
 }
 
 template <class T>

@@ -102,7 +102,7 @@ public:
     }
     Precision precision() const noexcept { return model_.precision(); }
     /// Whether the encoder's float weights are released.
-    bool float_weights_released() const noexcept { return model_.float_weights_released(); }
+    bool float_weights_released() const { return model_.float_weights_released(); }
     BertModel<T>& model() noexcept { return model_; }
     const SentenceEmbeddingConfig& config() const noexcept { return config_; }
     Index dimension() const noexcept { return model_.config().hidden_size; }

@@ -28,6 +28,7 @@
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 #include "../module.hpp"
+#include "../weight_matrix.hpp"
 #include "detail/attention_buffers.hpp"
 #include "detail/attention_call.hpp"
 #include "detail/attention_checks.hpp"
@@ -124,62 +125,23 @@ public:
         std::swap(eval_activations_, other.eval_activations_);
     }
 
-    /// Precision::bf16 (MultiheadAttention<float> only): the in- and out-projections multiplied
-    /// in bf16 with float accumulation (inputs and weights rounded to bf16); biases, scores,
-    /// softmax, the attention products (Q K^T, P V), dropout and outputs stay float. The float
-    /// parameters are kept (parameters(), state_dict(), head() and optimisers built on them
-    /// work as before). Evaluation (forward, decode): the weights' bf16 copies taken here; after
-    /// changing the weights in evaluation mode, call with_precision(Precision::bf16) again.
-    /// Training: mixed precision as PyTorch's autocast on CPU; the float weights are the master
-    /// weights, each training forward rounds their current values to bf16 anew (and the first
-    /// evaluation call after training does too), and backward computes the projections'
-    /// gradients from bf16 operands (dY, the weight and the saved float input, rounded), the
-    /// products accumulated in float and added to the float gradients; bias gradients and the
-    /// attention step's backward are float. The projections' buffers are each call's own, so
-    /// that one bf16 module may decode several caches at once, as in float.
-    /// Precision::float32 drops the bf16 copies and returns to the float path. Throws
-    /// std::invalid_argument for bf16 on MultiheadAttention<double> or a value that is no
-    /// Precision (FloatWeights) enumerator.
-    ///
-    /// FloatWeights::release (with bf16; inference only): the copies are taken as above, then
-    /// the float in-projection weights (in_proj_weight, or q/k/v_proj_weight: whichever the
-    /// layout holds) and out_proj.weight are freed with their gradient buffers; in_proj_bias,
-    /// out_proj.bias, bias_k and bias_v stay float. memory_bytes() then counts 2 bytes per
-    /// projection weight. From then on, per call:
-    ///   forward (either mode), decode, decode_into, make_kv_cache (float or bf16 cache),
-    ///   with_projection, swap_eval_buffers, train(), eval()
-    ///                           work, with the results of a module switched with keep, bit for
-    ///                           bit (a training forward multiplies by the copies, which equal
-    ///                           what keep would round the unchanged float weights to, and its
-    ///                           dropout draws the same masks)
-    ///   backward, head(), parameters(), state_dict(), grad_dict(), load_state_dict(),
-    ///   zero_grad(), parameter_count()
-    ///                           throw std::logic_error naming the call (the parameter views of
-    ///                           the module contract name
-    ///                           "headwise::MultiheadAttention::visit_parameters") before
-    ///                           anything changes
-    ///   with_precision(bf16, release)   does nothing more; with_precision(bf16, keep) throws
-    ///                           std::logic_error
-    ///   with_precision(float32) float weights widened exactly from the bf16 copies and zero
-    ///                           gradients for them: trainable again, the bf16 rounding kept
-    /// Views of those weights or gradients taken before the release (head(), parameters(), an
-    /// optimiser's) dangle afterwards.
-    MultiheadAttention& with_precision(Precision precision,
-                                       FloatWeights float_weights = FloatWeights::keep);
-    Precision precision() const noexcept { return precision_; }
-    /// Whether with_precision(Precision::bf16, FloatWeights::release) freed the float weights.
-    bool float_weights_released() const noexcept { return released_; }
-    /// Bytes of the parameters as stored: the float projection weights (unless released), their
-    /// bf16 copies in Precision::bf16 (2 bytes per element), the biases and bias_k, bias_v;
-    /// gradients and scratch not counted. With W = (E + 2 Hkv D) E + E E projection weights
-    /// (3 E E + E E for multi-head self-attention) and b the other parameters: float 4 (W + b),
+    /// with_precision (Module; float modules): the in- and out-projections multiplied in bf16
+    /// with float accumulation (inputs and weights rounded to bf16); biases, scores, softmax,
+    /// the attention products (Q K^T, P V), dropout and outputs stay float. Training is mixed
+    /// precision: each training forward rounds the current float weights into the bf16 copies,
+    /// which its backward reads (dY, the weight and the saved float input rounded, products
+    /// accumulated in float into the float gradients); bias gradients and the attention step's
+    /// backward are float. The projections' buffers are each call's own, so that one bf16 module
+    /// may decode several caches at once, as in float. Released (FloatWeights::release: the
+    /// float in-projection weights, in_proj_weight or q/k/v_proj_weight, and out_proj.weight
+    /// freed with their gradients; the biases, bias_k and bias_v stay float): forward (either
+    /// mode), decode, decode_into, make_kv_cache, with_projection, swap_eval_buffers, train()
+    /// and eval() work with the results of keep, bit for bit; backward, head() and the parameter
+    /// walks (parameters(), state_dict(), ... naming
+    /// "headwise::MultiheadAttention::visit_parameters") throw std::logic_error. Memory, with
+    /// W = (E + 2 Hkv D) E + E E projection weights and b the other parameters: float 4 (W + b),
     /// bf16 keep 6 W + 4 b, bf16 release 2 W + 4 b.
-    std::size_t memory_bytes() const noexcept {
-        const Index floats = w_in_.numel() + b_in_.numel() + w_out_.numel() + b_out_.numel() +
-                             bias_k_.numel() + bias_v_.numel();
-        return sizeof(T) * static_cast<std::size_t>(floats) +
-               sizeof(BFloat16) * (w_in_bf16_.size() + w_out_bf16_.size());
-    }
+
     /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
     /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
     AttentionKernel kernel_for(Index L, Index S, bool need_weights) const noexcept;
@@ -224,15 +186,11 @@ public:
     void decode_into(TensorView<const T> x_new, KVCache<T>& cache, TensorView<T> out,
                      TensorView<const bool> key_padding = {});
 
-    /// Every parameter and its gradient as (name, value view, gradient view), under
-    /// torch.nn.MultiheadAttention.state_dict() names and shapes, in its order.
-    template <class Self, class Visit>
-    static void visit_parameters(Self& m, Visit&& visit);
-    /// The generator each training forward draws its dropout key from (Module::random_state).
-    template <class Self, class Visit>
-    static void visit_random_state(Self& m, Visit&& visit) {
-        visit(m.rng_);
-    }
+    /// Its generator (the dropout key of each training forward), then every parameter under
+    /// torch.nn.MultiheadAttention.state_dict() names and shapes, in its order (the module
+    /// contract).
+    template <class D>
+    void declare(D& d);
 
 private:
     detail::AttentionCall<T> check_forward(TensorView<const T> query, TensorView<const T> key,
@@ -250,15 +208,16 @@ private:
                  const AttentionMasks<T>& masks);
     /// The parameters (or, from a non-const module, their gradients) as the pipeline reads them.
     detail::AttentionParameters<const T> parameter_view() const {
-        return pointers_of<const T>(w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_);
+        return pointers_of<const T>(w_in_.value(), b_in_, w_out_.value(), b_out_, bias_k_, bias_v_);
     }
     detail::AttentionParameters<T> gradient_view() {
-        return pointers_of<T>(gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_);
+        return pointers_of<T>(w_in_.grad(), gb_in_, w_out_.grad(), gb_out_, gbias_k_, gbias_v_);
     }
     template <class P, class Tensors>
     detail::AttentionParameters<P> pointers_of(Tensors& w_in, Tensors& b_in, Tensors& w_out,
                                                Tensors& b_out, Tensors& bias_k,
                                                Tensors& bias_v) const {
+        // Precision::bf16: the products read the copies (WeightMatrix::bf16(), else null).
         detail::AttentionParameters<P> p;
         p.layout = layout_;
         p.w_in = w_in.data();
@@ -268,9 +227,9 @@ private:
         p.bias_k = options_.add_bias_kv ? bias_k.data() : nullptr;
         p.bias_v = options_.add_bias_kv ? bias_v.data() : nullptr;
         p.zero_attn = options_.add_zero_attn;
-        if (std::is_const_v<P> && precision_ == Precision::bf16) {
-            p.w_in_bf16 = w_in_bf16_.data();
-            p.w_out_bf16 = w_out_bf16_.data();
+        if (std::is_const_v<P>) {
+            p.w_in_bf16 = w_in_.bf16();
+            p.w_out_bf16 = w_out_.bf16();
         }
         return p;
     }
@@ -278,23 +237,18 @@ private:
     Options options_;
     detail::InProjLayout layout_;  // where Wq, Wk, Wv and the heads sit in w_in_, b_in_
     Generator rng_;
-    Tensor<T> w_in_, b_in_, w_out_, b_out_, bias_k_, bias_v_;
-    Tensor<T> gw_in_, gb_in_, gw_out_, gb_out_, gbias_k_, gbias_v_;
-    /// w_in_, w_out_ rounded to bf16 into their copies.
-    void round_weights();
+    // The projection weights with their gradients and copies: w_in_ one block [weight_size]
+    // (in_proj_weight, or q/k/v_proj_weight one after the other), w_out_ [E, E].
+    WeightMatrix<T> w_in_, w_out_;
+    Tensor<T> b_in_, b_out_, bias_k_, bias_v_;
+    Tensor<T> gb_in_, gb_out_, gbias_k_, gbias_v_;
     /// Throws std::logic_error naming `function` when the float weights are released.
     void check_weights(const char* function) const {
         detail::check_float_weights(
-            function, released_,
+            function, w_in_.released(),
             "this call needs the float projection weights (the module is inference-only)");
     }
 
-    Precision precision_ = Precision::float32;
-    bool released_ = false;  // w_in_, w_out_ and their gradients freed (bf16, release)
-    std::vector<BFloat16> w_in_bf16_, w_out_bf16_;  // bf16 copies of w_in_, w_out_ in bf16
-    // A training forward ran since the copies were taken: an optimiser may have changed the
-    // weights, so the next evaluation call rounds them anew.
-    bool bf16_stale_ = false;
     // Buffers reused by every call: an eval-mode forward's activations, backward's gradients of
     // them, and the spare training activations a finished call hands back. Hence one module must
     // not run two calls at the same time; copies of it may (a copy starts with buffers of its own).
@@ -312,20 +266,18 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     detail::check_options<T>(fn, options);
     layout_ = detail::make_in_proj_layout<T>(fn, options);
     const detail::InProjLayout& layout = layout_;
-    w_in_ = Tensor<T>(Shape{layout.weight_size()});
-    gw_in_ = Tensor<T>(w_in_.shape());
+    w_in_ = WeightMatrix<T>(Shape{layout.weight_size()});
     if (layout.packed()) {
         // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([E + 2 Hkv D, E]).
-        xavier_uniform_(w_in_.view().reshape(Shape{layout.packed_rows(), layout.E}), rng_);
+        xavier_uniform_(w_in_.value().view().reshape(Shape{layout.packed_rows(), layout.E}), rng_);
     } else {
         // torch: xavier_uniform_ on q_proj_weight, k_proj_weight, v_proj_weight in turn.
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
-            xavier_uniform_(view(w_in_.data() + layout.weight_offset(i), layout.weight_shape(i)),
+            xavier_uniform_(view(w_in_.value().data() + layout.weight_offset(i), layout.weight_shape(i)),
                             rng_);
     }
-    w_out_ = Tensor<T>(Shape{layout.E, layout.E});
-    gw_out_ = Tensor<T>(w_out_.shape());
-    kaiming_uniform_(w_out_.view(), std::sqrt(5.0), rng_);
+    w_out_ = WeightMatrix<T>(Shape{layout.E, layout.E});
+    kaiming_uniform_(w_out_.value().view(), std::sqrt(5.0), rng_);
     if (options.bias) {  // torch: constant_(in_proj_bias, 0), constant_(out_proj.bias, 0)
         b_in_ = Tensor<T>(Shape{layout.bias_size()});
         gb_in_ = Tensor<T>(b_in_.shape());
@@ -343,71 +295,6 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
         for (T& x : bias_v_) x = static_cast<T>(sigma * normal(rng_));
         gbias_k_ = Tensor<T>(bias_k_.shape());
         gbias_v_ = Tensor<T>(bias_v_.shape());
-    }
-}
-
-template <class T>
-MultiheadAttention<T>& MultiheadAttention<T>::with_precision(Precision precision,
-                                                             FloatWeights float_weights) {
-    constexpr const char* fn = "headwise::MultiheadAttention::with_precision";
-    if (precision != Precision::float32 && precision != Precision::bf16)
-        throw_invalid_argument(fn, "precision", "Precision::float32 or Precision::bf16",
-                               std::to_string(static_cast<int>(precision)));
-    if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
-        throw_invalid_argument(fn, "float_weights", "FloatWeights::keep or FloatWeights::release",
-                               std::to_string(static_cast<int>(float_weights)));
-    if (precision == Precision::float32) {
-        if constexpr (std::is_same_v<T, float>) {
-            if (released_) {  // the bf16 values widened (exact): the rounding stays
-                const Index E = layout_.E;
-                Tensor<T> w_in = Tensor<T>::uninitialized(Shape{layout_.weight_size()});
-                Tensor<T> w_out = Tensor<T>::uninitialized(Shape{E, E});
-                to_float(w_in_bf16_.data(), w_in.data(), w_in.numel());
-                to_float(w_out_bf16_.data(), w_out.data(), w_out.numel());
-                Tensor<T> gw_in(w_in.shape()), gw_out(w_out.shape());  // zero
-                w_in_ = std::move(w_in);
-                w_out_ = std::move(w_out);
-                gw_in_ = std::move(gw_in);
-                gw_out_ = std::move(gw_out);
-                released_ = false;
-            }
-        }
-        w_in_bf16_ = std::vector<BFloat16>();
-        w_out_bf16_ = std::vector<BFloat16>();
-    } else if constexpr (!std::is_same_v<T, float>) {
-        throw_invalid_argument(fn, "precision",
-                               "Precision::float32 for a MultiheadAttention<double>",
-                               "Precision::bf16 (bf16 is for float modules)");
-    } else if (released_) {  // the copies are all there is: nothing to round, nothing to free
-        if (float_weights == FloatWeights::keep)
-            detail::throw_float_weights_released(
-                fn,
-                "FloatWeights::keep needs them (call with_precision(Precision::float32) "
-                "first to train again)");
-        return *this;
-    } else {
-        w_in_bf16_.resize(static_cast<std::size_t>(w_in_.numel()));
-        w_out_bf16_.resize(static_cast<std::size_t>(w_out_.numel()));
-        round_weights();
-        if (float_weights == FloatWeights::release) {  // the storage itself, not just the size
-            w_in_ = Tensor<T>(Shape{0});
-            w_out_ = Tensor<T>(Shape{0, 0});
-            gw_in_ = Tensor<T>(Shape{0});
-            gw_out_ = Tensor<T>(Shape{0, 0});
-            released_ = true;
-        }
-    }
-    precision_ = precision;
-    bf16_stale_ = false;
-    return *this;
-}
-
-template <class T>
-void MultiheadAttention<T>::round_weights() {
-    HEADWISE_ASSERT(!released_);
-    if constexpr (std::is_same_v<T, float>) {
-        to_bf16(w_in_.data(), w_in_bf16_.data(), w_in_.numel());
-        to_bf16(w_out_.data(), w_out_bf16_.data(), w_out_.numel());
     }
 }
 
@@ -478,10 +365,11 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
                                                    TensorView<const T> value,
                                                    const AttentionMasks<T>& masks) {
     detail::AttentionCall<T> call = check_forward(query, key, value, masks);  // throws first
-    // Released float weights: the copies are all there is, and nothing can change them.
-    if (precision_ == Precision::bf16 && !released_ && (this->training_ || bf16_stale_)) {
-        round_weights();  // the master weights as they are now
-        bf16_stale_ = this->training_;
+    // Training in bf16: the master weights as they are now into the copies (which backward
+    // reads); evaluation reads the copies eval() took. Released: the copies are all there is.
+    if (this->training_) {
+        w_in_.refresh();
+        w_out_.refresh();
     }
     if (this->training_ && options_.dropout > 0.0)
         call.dropout = ops::Dropout{options_.dropout, rng_()};
@@ -562,33 +450,32 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
 }
 
 template <class T>
-template <class Self, class Visit>
-void MultiheadAttention<T>::visit_parameters(Self& m, Visit&& visit) {
-    m.check_weights("headwise::MultiheadAttention::visit_parameters");
-    const detail::InProjLayout& layout = m.layout_;
+template <class D>
+void MultiheadAttention<T>::declare(D& d) {
+    d.random(rng_);
+    const detail::InProjLayout& layout = layout_;
     if (layout.packed()) {
-        const Shape packed{layout.packed_rows(), layout.E};
-        visit("in_proj_weight", m.w_in_.view().reshape(packed), m.gw_in_.view().reshape(packed));
+        d.parameter("in_proj_weight", w_in_, 0, Shape{layout.packed_rows(), layout.E});
     } else {
         const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
-            visit(names[i], view(m.w_in_.data() + layout.weight_offset(i), layout.weight_shape(i)),
-                  view(m.gw_in_.data() + layout.weight_offset(i), layout.weight_shape(i)));
+            d.parameter(names[i], w_in_, layout.weight_offset(i), layout.weight_shape(i));
     }
-    if (m.options_.bias) visit("in_proj_bias", m.b_in_.view(), m.gb_in_.view());
-    if (m.options_.add_bias_kv) {
-        visit("bias_k", m.bias_k_.view(), m.gbias_k_.view());
-        visit("bias_v", m.bias_v_.view(), m.gbias_v_.view());
+    if (options_.bias) d.parameter("in_proj_bias", b_in_, gb_in_);
+    if (options_.add_bias_kv) {
+        d.parameter("bias_k", bias_k_, gbias_k_);
+        d.parameter("bias_v", bias_v_, gbias_v_);
     }
-    visit("out_proj.weight", m.w_out_.view(), m.gw_out_.view());
-    if (m.options_.bias) visit("out_proj.bias", m.b_out_.view(), m.gb_out_.view());
+    d.parameter("out_proj.weight", w_out_);
+    if (options_.bias) d.parameter("out_proj.bias", b_out_, gb_out_);
 }
 
 template <class T>
 HeadParameters<T> MultiheadAttention<T>::head(Index i) {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
-    return HeadParameters<T>(w_in_.data(), options_.bias ? b_in_.data() : nullptr, gw_in_.data(),
+    return HeadParameters<T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
+                             w_in_.grad().data(),
                              options_.bias ? gb_in_.data() : nullptr, layout_, i);
 }
 
@@ -596,8 +483,8 @@ template <class T>
 HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
-    return HeadParameters<const T>(w_in_.data(), options_.bias ? b_in_.data() : nullptr,
-                                   gw_in_.data(), options_.bias ? gb_in_.data() : nullptr, layout_,
+    return HeadParameters<const T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
+                                   const_cast<WeightMatrix<T>&>(w_in_).grad().data(), options_.bias ? gb_in_.data() : nullptr, layout_,
                                    i);
 }
 
@@ -632,10 +519,6 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
                                         TensorView<T> out, TensorView<const bool> key_padding) {
     // Everything, before anything changes.
     detail::check_decode_arguments(layout_, this->training_, x_new, cache, out, key_padding);
-    if (precision_ == Precision::bf16 && !released_ && bf16_stale_) {  // trained since the copies
-        round_weights();
-        bf16_stale_ = false;
-    }
     const Index B = cache.batch(), Tn = x_new.size(-2), E = layout_.E;
     const detail::AttentionCall<T> call = detail::describe_call<T>(
         options_, B, Tn, cache.size() + Tn, false, detail::CallKind::decode);
