@@ -230,6 +230,7 @@ void Linear<T>::forward_unchecked(TensorView<const T> x, TensorView<T> y) const 
 template <class T>
 Tensor<T> Linear<T>::backward(TensorView<const T> x, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::Linear::backward";
+    weight_.check_trainable(fn);
     check_weights(fn);
     detail::check_last_dim(fn, "input", x.shape(), in_features_);
     detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));
@@ -241,6 +242,7 @@ Tensor<T> Linear<T>::backward(TensorView<const T> x, TensorView<const T> dy) {
 template <class T>
 void Linear<T>::backward_into(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx) {
     constexpr const char* fn = "headwise::Linear::backward_into";
+    weight_.check_trainable(fn);
     check_weights(fn);
     detail::check_last_dim(fn, "input", x.shape(), in_features_);
     detail::check_shape(fn, "grad_output", dy.shape(), output_shape(x.shape()));

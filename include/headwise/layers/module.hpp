@@ -18,6 +18,7 @@
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../precision.hpp"
+#include "../quant/types.hpp"
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -347,6 +348,26 @@ public:
     /// enumerator or bf16 on a double module, std::logic_error for bf16 with FloatWeights::keep
     /// once released; all before anything changes. See precision.hpp and docs/precision.md.
     Derived& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep);
+    /// Every weight matrix of the tree stored as `type`, a GGUF tensor type headwise quantizes
+    /// (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quant::quantize_row, bit for bit as
+    /// gguf.quants), quantized once from the float weights as they are now; the products read
+    /// the stored rows (ops::quant_matmul) without dequantizing the matrix. Everything else
+    /// stays float. Inference only: backward throws std::logic_error naming the type.
+    /// FloatWeights::keep keeps the float weights (state_dict() and loads work; a load
+    /// quantizes again), release frees them (the weights then take quant::row_bytes per row).
+    /// with_precision(Precision::float32) returns to float (released: the stored values,
+    /// dequantized exactly). Throws std::invalid_argument naming "<kName>::with_weight_type"
+    /// for a double module, a type it does not quantize, or a weight whose rows are no multiple
+    /// of the type's block (naming the parameter); all before anything changes.
+    Derived& with_weight_type(quant::Type type, FloatWeights float_weights = FloatWeights::keep);
+    /// The type the weight matrices are stored in (quant::Type::f32 when the products read float
+    /// or bf16: see precision()); that of the first one, which with_weight_type sets for all.
+    quant::Type weight_type() const;
+    /// Throws std::logic_error naming `function` and the type when a weight matrix of the tree is
+    /// stored in a GGUF type (training calls check this before anything changes).
+    void check_not_stored(const std::string& function) const {
+        for (const WeightMatrix<T>* w : mutable_self().weights()) w->check_trainable(function);
+    }
     Precision precision() const noexcept { return precision_; }
     /// Whether any weight of the tree was released by with_precision(bf16, release).
     bool float_weights_released() const;
@@ -585,7 +606,10 @@ void Module<Derived, T>::load_state_dict(const StateDict& state, const std::stri
         const TensorView<T> dst = params[i].where.value_of();
         std::copy_n(source[i]->data(), source[i]->numel(), dst.data());
     }
-    for (WeightMatrix<T>* w : weights()) w->refresh();
+    for (WeightMatrix<T>* w : weights()) {
+        w->refresh();
+        if (w->stored() && !w->released()) w->set_stored(w->stored_type(), FloatWeights::keep);
+    }
 }
 
 template <class Derived, class T>
@@ -616,6 +640,55 @@ Derived& Module<Derived, T>::with_precision(Precision precision, FloatWeights fl
     walk.precision = precision;
     walk_module(walk, "", true);
     return derived();
+}
+
+template <class Derived, class T>
+Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights float_weights) {
+    const std::string fn = std::string(Derived::kName) + "::with_weight_type";
+    if (!std::is_same_v<T, float>) {
+        std::string name = Derived::kName;
+        name = name.substr(name.rfind(':') + 1);
+        throw_invalid_argument(fn, "type", "a float module (" + name + "<float>)",
+                               name + "<double>");
+    }
+    const bool quantizable = quant::is_readable(static_cast<std::uint32_t>(type)) &&
+                             type != quant::Type::f32 && quant::block_format(type).quantizable;
+    if (!quantizable)
+        throw_invalid_argument(fn, "type", "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1",
+                               quant::describe_type(static_cast<std::uint32_t>(type)));
+    if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
+        throw_invalid_argument(fn, "float_weights", "FloatWeights::keep or FloatWeights::release",
+                               std::to_string(static_cast<int>(float_weights)));
+    // Every weight's rows checked first, named by the first parameter that views it.
+    detail::ListParametersWalk<T> walk;
+    walk_module(walk, "", true);
+    const Index block = quant::block_format(type).block_size;
+    for (WeightMatrix<T>* w : weights()) {
+        if (w->row_length() > 0 && w->row_length() % block == 0) continue;
+        std::string name = "a weight matrix";
+        for (const detail::ListedParameter<T>& p : walk.found)
+            if (p.where.holder == w) {
+                name = p.name;
+                break;
+            }
+        throw_invalid_argument(fn, name.c_str(),
+                               "rows of a multiple of " + std::to_string(block) + " values (" +
+                                   quant::block_format(type).name + " blocks)",
+                               w->row_length() > 0 ? "rows of " + std::to_string(w->row_length())
+                                                   : std::string("rows of different lengths"));
+    }
+    for (WeightMatrix<T>* w : weights()) w->set_stored(type, float_weights);
+    detail::ModesWalk<T> modes;
+    modes.set_precision = true;
+    modes.precision = Precision::float32;
+    walk_module(modes, "", true);
+    return derived();
+}
+
+template <class Derived, class T>
+quant::Type Module<Derived, T>::weight_type() const {
+    const std::vector<WeightMatrix<T>*> all = mutable_self().weights();
+    return all.empty() ? quant::Type::f32 : all.front()->stored_type();
 }
 
 template <class Derived, class T>

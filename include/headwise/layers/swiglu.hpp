@@ -185,6 +185,7 @@ const SwiGLUActivations<T>& SwiGLU<T>::saved_of(const SwiGLUForward<T>& fwd, con
 template <class T>
 Tensor<T> SwiGLU<T>::backward(const SwiGLUForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::SwiGLU::backward";
+    this->check_not_stored(fn);
     detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);
@@ -198,6 +199,7 @@ template <class T>
 void SwiGLU<T>::backward_into(const SwiGLUForward<T>& fwd, TensorView<const T> dy,
                               TensorView<T> dx) {
     constexpr const char* fn = "headwise::SwiGLU::backward_into";
+    this->check_not_stored(fn);
     detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     const SwiGLUActivations<T>& s = saved_of(fwd, fn);

@@ -335,6 +335,7 @@ template <class T>
 TransformerDecoderLayerGradients<T> TransformerDecoderLayer<T>::backward(
     const TransformerDecoderLayerForward<T>& fwd, TensorView<const T> dy) {
     constexpr const char* fn = "headwise::TransformerDecoderLayer::backward";
+    this->check_not_stored(fn);
     detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     if (!fwd.saved)

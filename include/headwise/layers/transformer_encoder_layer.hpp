@@ -249,6 +249,7 @@ template <class T>
 Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForward<T>& fwd,
                                                TensorView<const T> dy) {
     constexpr const char* fn = "headwise::TransformerEncoderLayer::backward";
+    this->check_not_stored(fn);
     detail::check_float_weights(fn, this->float_weights_released(),
                                 "backward needs the float weights (the layer is inference-only)");
     if (!fwd.saved)

@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint8_t, std::uint64_t
+#include <memory>       // std::shared_ptr
+#include <stdexcept>    // std::logic_error
+#include <string>       // std::string
 #include <type_traits>  // std::is_same_v
 #include <utility>      // std::move
 #include <vector>       // std::vector
@@ -11,7 +15,11 @@
 #include "../config.hpp"
 #include "../ops/gemm_bf16.hpp"
 #include "../ops/linear.hpp"
+#include "../ops/quant_matmul.hpp"
 #include "../precision.hpp"
+#include "../quant/dequantize.hpp"
+#include "../quant/quantize.hpp"
+#include "../quant/types.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 
@@ -28,19 +36,24 @@ namespace headwise {
 /// States: float32 (master only); bf16 keep (master + copy; the copy is taken by
 /// set_precision, on every switch to evaluation mode and after every write through the module
 /// contract: refresh()); bf16 released (the copy only: master and gradient freed, shape()
-/// still the logical one). The logical shape may be any rank (MultiheadAttention's in-projection
-/// is one flat block that its declaration views as one or three matrices).
+/// still the logical one); stored (a GGUF tensor type: the rows as quantized blocks, quantized
+/// once from the master by set_stored, or a file's blocks as they are by take_stored; the master
+/// kept or released; inference only). The logical shape may be any rank (MultiheadAttention's
+/// in-projection is one flat block that its declaration views as one or three matrices): the
+/// products see it as rows of row_length() values.
 template <class T>
 class WeightMatrix {
 public:
     WeightMatrix() = default;
-    /// A zero weight of `shape` and a zero gradient.
-    explicit WeightMatrix(const Shape& shape) : shape_(shape), value_(shape), grad_(shape) {}
+    /// A zero weight of `shape` and a zero gradient; rows of shape's last extent.
+    explicit WeightMatrix(const Shape& shape)
+        : shape_(shape), row_length_(shape.back()), value_(shape), grad_(shape) {}
     /// A weight of `shape` left unwritten (a loader fills it) and the gradient allocated on
     /// first use (grad()).
     static WeightMatrix uninitialized(const Shape& shape) {
         WeightMatrix w;
         w.shape_ = shape;
+        w.row_length_ = shape.back();
         w.value_ = Tensor<T>::uninitialized(shape);
         w.grad_ = Tensor<T>(Shape{0});
         return w;
@@ -50,8 +63,26 @@ public:
     const Shape& shape() const noexcept { return shape_; }
     Index numel() const noexcept { return shape_.numel(); }
     Precision precision() const noexcept { return precision_; }
-    /// Whether set_precision(bf16, release) freed the float master and its gradient.
+    /// Whether the float master and its gradient were freed (bf16 or stored, release).
     bool released() const noexcept { return released_; }
+    /// Values per row as the products read the weight (the last extent unless set otherwise);
+    /// 0 when the rows differ in length (no stored format then).
+    Index row_length() const noexcept { return row_length_; }
+    void set_row_length(Index n) noexcept { row_length_ = n; }
+    /// The stored type (a GGUF tensor type), or quant::Type::f32 when the products read float or
+    /// bf16 (precision()).
+    quant::Type stored_type() const noexcept { return stored_; }
+    bool stored() const noexcept { return stored_ != quant::Type::f32; }
+    /// Throws std::logic_error naming `function` when the weight is stored in a GGUF type
+    /// (training needs float weights); the release check is the caller's.
+    void check_trainable(const std::string& function) const {
+        if (stored())
+            throw std::logic_error(
+                function + ": the weight is stored as " +
+                quant::block_format(stored_).name +
+                ", which is for inference only (with_precision(Precision::float32) brings float "
+                "weights back, dequantized)");
+    }
 
     /// The float master weight (empty once released: callers check released() first).
     Tensor<T>& value() noexcept { return value_; }
@@ -75,8 +106,10 @@ public:
     }
 
     /// The switch of with_precision, its arguments checked by the caller (detail::
-    /// check_precision: bf16 only for float, keep refused once released).
+    /// check_precision: bf16 only for float, keep refused once released). A stored weight
+    /// leaves its format: released, its float master is the blocks dequantized (exact).
     void set_precision(Precision precision, FloatWeights float_weights) {
+        leave_stored();
         if constexpr (std::is_same_v<T, float>) {
             if (precision == Precision::float32) {
                 if (released_) {  // the bf16 values widened (exact): the rounding stays
@@ -101,6 +134,59 @@ public:
         precision_ = precision;
     }
 
+    /// Stores the weight as `type` (float only; a type quant::quantize_row writes; rows of
+    /// row_length() values, a multiple of the type's block: all checked by the caller), quantized
+    /// once from the float weight as it is now (the master, or the bf16 copy widened, or the
+    /// blocks of another stored type dequantized); release frees the master and its gradient.
+    void set_stored(quant::Type type, FloatWeights float_weights) {
+        if constexpr (std::is_same_v<T, float>) {
+            Tensor<T> source = current_float();
+            const Index rows = numel() / row_length_;
+            const std::uint64_t row_bytes = quant::row_bytes(type, row_length_);
+            std::vector<std::uint8_t> blocks(static_cast<std::size_t>(row_bytes * rows));
+            for (Index r = 0; r < rows; ++r)
+                quant::quantize_row(type, source.data() + r * row_length_,
+                                    blocks.data() + r * row_bytes, row_length_);
+            if (released_) {  // float weights back only to be dropped again below
+                value_ = std::move(source);
+                grad_ = Tensor<T>(Shape{0});
+                released_ = false;
+            }
+            copy_ = std::vector<BFloat16>();
+            precision_ = Precision::float32;
+            blocks_ = std::move(blocks);
+            external_ = nullptr;
+            keep_alive_.reset();
+            stored_ = type;
+            if (float_weights == FloatWeights::release) release_master();
+        }
+    }
+    /// Stores the weight as a file's blocks, used as they are (no copy): `data` holds
+    /// `bytes` = rows row_bytes(type, row_length()) bytes, valid while `keep_alive` lives (a
+    /// GGUF mapping). The float master and its gradient are freed. Checked by the caller.
+    void take_stored(quant::Type type, const void* data, std::uint64_t bytes,
+                     std::shared_ptr<const void> keep_alive) {
+        copy_ = std::vector<BFloat16>();
+        precision_ = Precision::float32;
+        blocks_ = std::vector<std::uint8_t>();
+        external_ = static_cast<const std::uint8_t*>(data);
+        external_bytes_ = bytes;
+        keep_alive_ = std::move(keep_alive);
+        stored_ = type;
+        release_master();
+    }
+    /// The stored weight as quant_matmul reads it: rows [row0, row0 + rows).
+    ops::QuantMatrix stored_rows(Index row0, Index rows) const {
+        const std::uint64_t row_bytes = quant::row_bytes(stored_, row_length_);
+        ops::QuantMatrix m;
+        m.type = stored_;
+        m.data = stored_data() + row0 * row_bytes;
+        m.rows = rows;
+        m.cols = row_length_;
+        m.bytes = row_bytes * static_cast<std::uint64_t>(rows);
+        return m;
+    }
+
     /// The copy taken anew from the master (bf16, not released); nothing otherwise.
     void refresh() {
         if constexpr (std::is_same_v<T, float>)
@@ -111,7 +197,8 @@ public:
     /// Bytes as stored: the master (unless released) and the copy; the gradient not counted.
     std::size_t memory_bytes() const noexcept {
         return sizeof(T) * static_cast<std::size_t>(value_.numel()) +
-               sizeof(BFloat16) * copy_.size();
+               sizeof(BFloat16) * copy_.size() + blocks_.size() +
+               (external_ ? static_cast<std::size_t>(external_bytes_) : 0);
     }
 
     /// Y [N, out] = X [N, in] W^T + b for a weight of shape [out, in], in the holder's format.
@@ -119,19 +206,33 @@ public:
     /// may run at the same time); `current` (training) rounds the master as it is now, since an
     /// optimiser changes it every step, else the copy (which a released weight has alone).
     void forward(ConstMatrixRef<T> X, const T* bias, MatrixRef<T> Y, bool current) const {
+        forward_block(X, 0, shape_[0], shape_[1], bias, Y, current);
+    }
+    /// The same with the block of `rows` rows of `cols` values at element `offset` (one GEMM of
+    /// MultiheadAttention's in-projection). The one place where the formats meet the products:
+    /// float, bf16 (above), stored (ops::quant_matmul: 8-bit activations for small batches,
+    /// dequantized weight panels for large ones; its blocks are rows of row_length() = cols).
+    void forward_block(ConstMatrixRef<T> X, Index offset, Index rows, Index cols, const T* bias,
+                       MatrixRef<T> Y, bool current) const {
         if constexpr (std::is_same_v<T, float>) {
+            if (stored()) {
+                HEADWISE_ASSERT(cols == row_length_ && offset % row_length_ == 0);
+                ops::QuantMatmulWorkspace workspace;
+                ops::quant_matmul(X, stored_rows(offset / row_length_, rows), bias, Y, workspace);
+                return;
+            }
             if (precision_ == Precision::bf16) {
                 ops::Bf16LinearWorkspace workspace;
                 std::vector<BFloat16> rounded;
-                const Index out = shape_[0], in = shape_[1];
                 const ops::ConstBf16Matrix w =
-                    current && !released_ ? ops::rounded_to_bf16(value_.matrix(), rounded)
-                                          : ops::ConstBf16Matrix(copy_.data(), out, in);
+                    current && !released_
+                        ? ops::rounded_to_bf16(master_block(offset, rows, cols), rounded)
+                        : ops::ConstBf16Matrix(copy_.data() + offset, rows, cols);
                 ops::linear_forward_bf16(X, w, bias, Y, workspace);
                 return;
             }
         }
-        ops::linear_forward<T>(X, value_.matrix(), bias, Y);
+        ops::linear_forward<T>(X, master_block(offset, rows, cols), bias, Y);
     }
 
     /// Backward of forward: dX [N, in] += dY W, grad() += dY^T X, grad_bias (if not null) +=
@@ -151,12 +252,62 @@ public:
     }
 
 private:
+    MatrixMap<const T> master_block(Index offset, Index rows, Index cols) const {
+        return MatrixMap<const T>(value_.data() + offset, rows, cols);
+    }
+    const std::uint8_t* stored_data() const noexcept {
+        return external_ ? external_ : blocks_.data();
+    }
+    /// The float weight as it is now: the master, the bf16 copy widened, or the stored blocks
+    /// dequantized (float only).
+    Tensor<T> current_float() const {
+        if (!released_) return value_;
+        Tensor<T> w = Tensor<T>::uninitialized(shape_);
+        if constexpr (std::is_same_v<T, float>) {
+            if (stored()) {
+                const Index rows = numel() / row_length_;
+                const std::uint64_t row_bytes = quant::row_bytes(stored_, row_length_);
+                for (Index r = 0; r < rows; ++r)
+                    quant::dequantize_row(stored_, stored_data() + r * row_bytes,
+                                          w.data() + r * row_length_, row_length_);
+            } else {
+                to_float(copy_.data(), w.data(), w.numel());
+            }
+        }
+        return w;
+    }
+    void release_master() {
+        value_ = Tensor<T>(Shape{0});
+        grad_ = Tensor<T>(Shape{0});
+        released_ = true;
+    }
+    /// Back from a stored format to float: released, the master is the blocks dequantized
+    /// (exact) with a zero gradient.
+    void leave_stored() {
+        if (!stored()) return;
+        if (released_) {
+            value_ = current_float();
+            grad_ = Tensor<T>(shape_);
+            released_ = false;
+        }
+        blocks_ = std::vector<std::uint8_t>();
+        external_ = nullptr;
+        keep_alive_.reset();
+        stored_ = quant::Type::f32;
+    }
+
     Shape shape_{0, 0};
+    Index row_length_ = 0;
     Precision precision_ = Precision::float32;
     bool released_ = false;
     Tensor<T> value_{Shape{0, 0}};  // the float master; [0] once released
     Tensor<T> grad_{Shape{0, 0}};   // its gradient; allocated on first use; [0] once released
     std::vector<BFloat16> copy_;    // bf16 copy (Precision::bf16), else empty
+    quant::Type stored_ = quant::Type::f32;  // a GGUF type when stored, else f32
+    std::vector<std::uint8_t> blocks_;       // the stored rows, quantized here
+    const std::uint8_t* external_ = nullptr;  // or a file's, borrowed
+    std::uint64_t external_bytes_ = 0;
+    std::shared_ptr<const void> keep_alive_;  // what keeps external_ valid
 };
 
 }  // namespace headwise

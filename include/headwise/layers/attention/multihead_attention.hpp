@@ -228,6 +228,8 @@ private:
         p.bias_v = options_.add_bias_kv ? bias_v.data() : nullptr;
         p.zero_attn = options_.add_zero_attn;
         if (std::is_const_v<P>) {
+            p.in_holder = &w_in_;
+            p.out_holder = &w_out_;
             p.w_in_bf16 = w_in_.bf16();
             p.w_out_bf16 = w_out_.bf16();
         }
@@ -267,6 +269,8 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     layout_ = detail::make_in_proj_layout<T>(fn, options);
     const detail::InProjLayout& layout = layout_;
     w_in_ = WeightMatrix<T>(Shape{layout.weight_size()});
+    // Rows of E values, unless kdim or vdim differ (then the blocks' rows differ in length).
+    w_in_.set_row_length(layout.kdim == layout.E && layout.vdim == layout.E ? layout.E : 0);
     if (layout.packed()) {
         // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([E + 2 Hkv D, E]).
         xavier_uniform_(w_in_.value().view().reshape(Shape{layout.packed_rows(), layout.E}), rng_);
@@ -407,6 +411,7 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     using detail::kQuery;
     using detail::kValue;
     constexpr const char* fn = "headwise::MultiheadAttention::backward";
+    w_in_.check_trainable(fn);
     check_weights(fn);
     if (!fwd.saved)
         throw std::invalid_argument(std::string(fn) +

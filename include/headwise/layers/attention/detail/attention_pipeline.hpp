@@ -26,6 +26,7 @@
 #include "../../../precision.hpp"
 #include "../../../shape.hpp"
 #include "../../../tensor.hpp"
+#include "../../weight_matrix.hpp"
 #include "../kv_cache.hpp"
 #include "../options.hpp"
 #include "attention_buffers.hpp"
@@ -51,10 +52,15 @@ struct AttentionParameters {
     P* bias_k = nullptr;     // [Hkv D], null without add_bias_kv
     P* bias_v = nullptr;     // [Hkv D]
     bool zero_attn = false;  // the zero key and value come last
-    // Precision::bf16 (float modules): w_in and w_out as bf16 copies, which steps 1 and 4 and
-    // their backwards multiply by instead, in buffers of the call's own (so that decodes of
-    // different caches through one module may run at once). Null in float. The attention
-    // products (step 3), softmax and the extra keys stay float.
+    // The holders of w_in and w_out (parameters, not gradients): steps 1 and 4 multiply
+    // through them, in whatever format they hold the weights (WeightMatrix::forward_block: float,
+    // bf16 copies, stored types), with buffers of the call's own (so that decodes of different
+    // caches through one module may run at once). The attention products (step 3), softmax and
+    // the extra keys stay float.
+    const WeightMatrix<T>* in_holder = nullptr;
+    const WeightMatrix<T>* out_holder = nullptr;
+    // Precision::bf16 (float modules): w_in and w_out as bf16 copies, which the backwards of
+    // steps 1 and 4 multiply by (mixed-precision training). Null in float.
     const BFloat16* w_in_bf16 = nullptr;   // [E + 2 Hkv D, ...], as w_in
     const BFloat16* w_out_bf16 = nullptr;  // [E, E]
 
@@ -77,20 +83,10 @@ struct AttentionParameters {
 template <class T>
 void project(const AttentionParameters<const T>& params, const TensorView<const T> (&x)[3],
              ProjectionBuffers<T>& y) {
-    [[maybe_unused]] ops::Bf16LinearWorkspace workspace;  // bf16 only; empty until used
-    for (const ProjectionGemm& gm : y.plan().gemms) {
-        if constexpr (std::is_same_v<T, float>) {
-            if (params.w_in_bf16) {  // the same product with bf16 operands
-                ops::linear_forward_bf16(
-                    x[gm.input].matrix(),
-                    ops::ConstBf16Matrix(params.w_in_bf16 + gm.w_offset, gm.w_rows, gm.in),
-                    params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm), workspace);
-                continue;
-            }
-        }
-        ops::linear_forward<T>(x[gm.input].matrix(), params.in_weight(gm),
-                               params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm));
-    }
+    for (const ProjectionGemm& gm : y.plan().gemms)
+        params.in_holder->forward_block(x[gm.input].matrix(), gm.w_offset, gm.w_rows, gm.in,
+                                        params.b_in ? params.b_in + gm.b_offset : nullptr,
+                                        y.y(gm), /*current=*/false);
 }
 
 /// Which input gradients project_backward computes.
@@ -515,16 +511,8 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
 template <class T>
 void project_out(const AttentionParameters<const T>& params, ConstMatrixRef<T> ctx,
                  MatrixRef<T> out) {
-    if constexpr (std::is_same_v<T, float>) {
-        if (params.w_out_bf16) {
-            const Index E = params.layout.E;
-            ops::Bf16LinearWorkspace workspace;  // the call's own
-            ops::linear_forward_bf16(ctx, ops::ConstBf16Matrix(params.w_out_bf16, E, E),
-                                     params.b_out, out, workspace);
-            return;
-        }
-    }
-    ops::linear_forward<T>(ctx, params.out_weight(), params.b_out, out);
+    const Index E = params.layout.E;
+    params.out_holder->forward_block(ctx, 0, E, E, params.b_out, out, /*current=*/false);
 }
 
 /// Backward of project_out: dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout (in bf16:
