@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The headwise::compiled library: the one explicit instantiation of each layer that
-// headwise/extern_templates.hpp declares extern.
+// The headwise::compiled library, float half: the one explicit instantiation of each template
+// that headwise/extern_templates.hpp declares extern (the list is detail/instantiation_list.hpp);
+// compiled_double.cpp holds the double half.
 #include <headwise/extern_templates.hpp>
 
 #if !defined(HEADWISE_COMPILED)
@@ -8,22 +9,5 @@
 #endif
 
 namespace headwise {
-
-template class MultiheadAttention<float>;
-template class MultiheadAttention<double>;
-template class TransformerEncoderLayer<float>;
-template class TransformerEncoderLayer<double>;
-template class TransformerDecoderLayer<float>;
-template class TransformerDecoderLayer<double>;
-template class Linear<float>;
-template class Linear<double>;
-template class LayerNorm<float>;
-template class LayerNorm<double>;
-template class RMSNorm<float>;
-template class RMSNorm<double>;
-template class SwiGLU<float>;
-template class SwiGLU<double>;
-template class Embedding<float>;
-template class Embedding<double>;
-
+HEADWISE_DEFINE_INSTANTIATIONS(float)
 }  // namespace headwise

@@ -1,24 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The one explicit instantiation of each class template that instantiations.hpp declares extern.
+// The one explicit instantiation, for float, of each template that instantiations.hpp declares
+// extern; instantiations_double.cpp holds the double ones (two files build in parallel).
 #include "support/instantiations.hpp"
 
 namespace headwise {
-
-template class MultiheadAttention<float>;
-template class MultiheadAttention<double>;
-template class Linear<float>;
-template class Linear<double>;
-template class LayerNorm<float>;
-template class LayerNorm<double>;
-template class RMSNorm<float>;
-template class RMSNorm<double>;
-template class Embedding<float>;
-template class Embedding<double>;
-template class SwiGLU<float>;
-template class SwiGLU<double>;
-template class TransformerEncoderLayer<float>;
-template class TransformerEncoderLayer<double>;
-template class TransformerDecoderLayer<float>;
-template class TransformerDecoderLayer<double>;
-
+HEADWISE_DEFINE_INSTANTIATIONS(float)
 }  // namespace headwise
