@@ -17,6 +17,7 @@
 #include "../layers/embedding.hpp"
 #include "../layers/gelu.hpp"
 #include "../layers/layer_norm.hpp"
+#include "../layers/layer_scale.hpp"
 #include "../layers/linear.hpp"
 #include "../layers/module.hpp"
 #include "../layers/relu.hpp"
@@ -24,6 +25,7 @@
 #include "../layers/swiglu.hpp"
 #include "../layers/transformer_decoder_layer.hpp"
 #include "../layers/transformer_encoder_layer.hpp"
+#include "../layers/weight_matrix.hpp"
 #include "../optim/adam.hpp"
 #include "../optim/lr_scheduler.hpp"
 #include "../optim/sgd.hpp"
@@ -70,7 +72,9 @@
 //                                 the modules' forward and backward it calls are listed
 #define HEADWISE_INSTANTIATION_CLASSES(X, T)          \
     X(struct, Parameter<T>)                           \
+    X(class, WeightMatrix<T>)                         \
     X(class, Linear<T>)                               \
+    X(class, LayerScale<T>)                           \
     X(class, LayerNorm<T>)                            \
     X(class, RMSNorm<T>)                              \
     X(class, SwiGLU<T>)                               \
