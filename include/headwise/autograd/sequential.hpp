@@ -54,15 +54,10 @@ public:
         for_each(*this, [&](auto& layer, std::size_t) { f(layer); });
     }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        for_each(self, [&](auto& layer, std::size_t i) {
-            Sequential::visit_child(layer, std::to_string(i) + ".", visit);
-        });
-    }
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        for_each(self, [&](auto& layer, std::size_t) { visit(layer); });
+    /// Layer i under "i." (torch's names), in order (the module contract).
+    template <class D>
+    void declare(D& d) {
+        for_each(*this, [&](auto& layer, std::size_t i) { d.child(std::to_string(i), layer); });
     }
 
 private:
@@ -92,13 +87,10 @@ public:
     Inner& inner() noexcept { return inner_; }
     const Inner& inner() const noexcept { return inner_; }
 
-    template <class Self, class Visit>
-    static void visit_parameters(Self& self, Visit&& visit) {
-        Residual::visit_child(self.inner_, "", visit);
-    }
-    template <class Self, class Visit>
-    static void visit_children(Self& self, Visit&& visit) {
-        visit(self.inner_);
+    /// The inner module under its own names (the module contract).
+    template <class D>
+    void declare(D& d) {
+        d.child("", inner_);
     }
 
 private:

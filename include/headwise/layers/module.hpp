@@ -106,10 +106,11 @@ public:
         p.is_view = true;
         if (list_) walk_.parameter(prefix_ + name, owner_, p);
     }
-    /// A child module: its declarations, under "<name>." .
+    /// A child module: its declarations, under "<name>." (an empty name: under this module's
+    /// own prefix, as a wrapper whose state dict reads as the wrapped module's).
     template <class Child>
     void child(const std::string& name, Child& c) {
-        c.walk_module(walk_, prefix_ + name + ".", list_);
+        c.walk_module(walk_, name.empty() ? prefix_ : prefix_ + name + ".", list_);
     }
     /// A child whose parameters this module lists under names of its own, in the order of
     /// `pieces` (a checkpoint that spells and cuts them differently, e.g. BERT's query, key and
@@ -292,8 +293,9 @@ public:
     quant::Type weight_type() const;
     /// Throws std::logic_error naming `function` and the type when a weight matrix of the tree is
     /// stored in a GGUF type (training calls check this before anything changes).
-    void check_not_stored(const std::string& function) const {
-        for (const WeightMatrix<T>* w : mutable_self().weights()) w->check_trainable(function);
+    void check_not_stored(const char* function) const {
+        detail::StoredCheckWalk<T> walk{{}, function};  // allocates nothing
+        mutable_self().walk_module(walk, "", false);
     }
     Precision precision() const noexcept { return precision_; }
     /// Whether any weight of the tree was released by with_precision(bf16, release).

@@ -74,11 +74,12 @@ public:
     quant::Type stored_type() const noexcept { return stored_; }
     bool stored() const noexcept { return stored_ != quant::Type::f32; }
     /// Throws std::logic_error naming `function` when the weight is stored in a GGUF type
-    /// (training needs float weights); the release check is the caller's.
-    void check_trainable(const std::string& function) const {
+    /// (training needs float weights); the release check is the caller's. Allocates nothing
+    /// otherwise (backward calls it on every step).
+    void check_trainable(const char* function) const {
         if (stored())
             throw std::logic_error(
-                function + ": the weight is stored as " +
+                std::string(function) + ": the weight is stored as " +
                 quant::block_format(stored_).name +
                 ", which is for inference only (with_precision(Precision::float32) brings float "
                 "weights back, dequantized)");

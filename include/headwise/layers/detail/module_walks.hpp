@@ -125,4 +125,11 @@ struct ModesWalk : NoWalk<T> {
     }
 };
 
+/// Throws, naming `function`, at the first weight matrix stored in a GGUF type.
+template <class T>
+struct StoredCheckWalk : NoWalk<T> {
+    const char* function;
+    void weight(WeightMatrix<T>& w) { w.check_trainable(function); }
+};
+
 }  // namespace headwise::detail
