@@ -43,7 +43,8 @@ TEST_CASE("LayerScale forward and backward equal the reference loops", "[layer_s
             dgamma[static_cast<std::size_t>(c)] += dy.data()[k] * x.data()[k];
         }
     for (Index c = 0; c < C; ++c)
-        CHECK(ls.grad_gamma().data()[c] == Approx(dgamma[static_cast<std::size_t>(c)]).epsilon(1e-14));
+        CHECK(ls.grad_gamma().data()[c] ==
+              Approx(dgamma[static_cast<std::size_t>(c)]).epsilon(1e-14));
 }
 
 TEST_CASE("LayerScale passes gradcheck for its input and gamma", "[layer_scale][gradcheck]") {

@@ -99,7 +99,8 @@ TEST_CASE("Linear stored in each GGUF type multiplies as quant_matmul on its blo
     for (Index n : {Index{1}, Index{3}, Index{40}}) {
         CAPTURE(n);
         const Tensor<float> x = random_tensor(Shape{n, in}, rng);
-        CHECK(same_bits(layer.forward(x), reference(type, blocks, out, in, x, layer.bias().data())));
+        CHECK(
+            same_bits(layer.forward(x), reference(type, blocks, out, in, x, layer.bias().data())));
     }
     const std::size_t bias_bytes = out * sizeof(float);
     const std::size_t stored_bytes = blocks.size() + bias_bytes;
@@ -138,12 +139,11 @@ TEST_CASE("with_weight_type refuses before anything changes", "[weight_types][er
         Catch::Matchers::Message("headwise::Linear::with_weight_type: weight: rows of a "
                                  "multiple of 32 values (Q8_0 blocks), got rows of 40"));
     CHECK(small.weight_type() == Type::f32);
-    CHECK_THROWS_WITH(odd.with_weight_type(Type::q4_k),
-                      Catch::Matchers::StartsWith(
-                          "headwise::Linear::with_weight_type: type: F16, BF16, Q8_0, "
-                          "Q4_0, Q4_1, Q5_0 or Q5_1, got Q4_K (12)"));
-    CHECK_THROWS_WITH(odd.with_weight_type(Type::f32),
-                      Catch::Matchers::EndsWith("got F32 (0)"));
+    CHECK_THROWS_WITH(
+        odd.with_weight_type(Type::q4_k),
+        Catch::Matchers::StartsWith("headwise::Linear::with_weight_type: type: F16, BF16, Q8_0, "
+                                    "Q4_0, Q4_1, Q5_0 or Q5_1, got Q4_K (12)"));
+    CHECK_THROWS_WITH(odd.with_weight_type(Type::f32), Catch::Matchers::EndsWith("got F32 (0)"));
     CHECK_THROWS_WITH(odd.with_weight_type(static_cast<Type>(99)),
                       Catch::Matchers::EndsWith("got unknown (99)"));
     CHECK_THROWS_WITH(odd.with_weight_type(Type::q8_0, static_cast<FloatWeights>(7)),
@@ -224,7 +224,7 @@ TEST_CASE("MultiheadAttention and SwiGLU are switched by the one walk",
     const Tensor<float> xm = random_tensor(Shape{2, 64}, rng);
     const auto f = mlp.forward(xm);
     const Tensor<float> dym = random_tensor(Shape{2, 64}, rng);
-    CHECK_THROWS_WITH(mlp.backward(f, dym),
-                      Catch::Matchers::StartsWith(
-                          "headwise::SwiGLU::backward: the weight is stored as Q4_0"));
+    CHECK_THROWS_WITH(
+        mlp.backward(f, dym),
+        Catch::Matchers::StartsWith("headwise::SwiGLU::backward: the weight is stored as Q4_0"));
 }

@@ -28,9 +28,7 @@ public:
 
     /// Throws std::invalid_argument unless dim > 0 and init_values is finite.
     explicit LayerScale(Index dim, double init_values = 1e-5)
-        : C_(checked_dim(dim)),
-          gamma_(Shape{C_}),
-          grad_gamma_(Shape{C_}) {
+        : C_(checked_dim(dim)), gamma_(Shape{C_}), grad_gamma_(Shape{C_}) {
         if (!std::isfinite(init_values))
             throw_invalid_argument("headwise::LayerScale::LayerScale", "init_values",
                                    "must be finite", std::to_string(init_values));
@@ -43,7 +41,8 @@ public:
         Tensor<T> y = Tensor<T>::uninitialized(x.shape());
         const Index rows = x.numel() / C_;
         for (Index r = 0; r < rows; ++r)
-            for (Index c = 0; c < C_; ++c) y.data()[r * C_ + c] = x.data()[r * C_ + c] * gamma_.data()[c];
+            for (Index c = 0; c < C_; ++c)
+                y.data()[r * C_ + c] = x.data()[r * C_ + c] * gamma_.data()[c];
         return y;
     }
 

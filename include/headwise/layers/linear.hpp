@@ -254,7 +254,8 @@ template <class T>
 void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy,
                                    TensorView<T> dx) {
     // x [..., in] as X [N, in]; dy [..., out] as dY [N, out]; dx [..., in] as dX [N, in]
-    weight_.backward(x.matrix(), dy.matrix(), dx.matrix(), has_bias_ ? bias_grad().data() : nullptr);
+    weight_.backward(x.matrix(), dy.matrix(), dx.matrix(),
+                     has_bias_ ? bias_grad().data() : nullptr);
 }
 
 }  // namespace headwise

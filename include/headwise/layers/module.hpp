@@ -334,10 +334,10 @@ public:
     /// The declaration of a module of the older contract, built from its visits.
     template <class D>
     void declare(D& d) {
-        Derived::visit_parameters(derived(), [&](const std::string& name, TensorView<T> value,
-                                                 TensorView<T> grad) {
-            d.parameter_view(name, value, grad);
-        });
+        Derived::visit_parameters(
+            derived(), [&](const std::string& name, TensorView<T> value, TensorView<T> grad) {
+                d.parameter_view(name, value, grad);
+            });
         Derived::visit_random_state(derived(), [&](auto& stream) { d.random(stream); });
         Derived::visit_children(derived(), [&](auto& child) { d.unlisted_child(child); });
     }
@@ -593,7 +593,8 @@ std::size_t Module<Derived, T>::memory_bytes() const {
     mutable_self().walk_module(walk, "", true);
     std::size_t bytes = 0;
     for (const detail::ListedParameter<T>& p : walk.found)
-        if (!p.where.holder) bytes += sizeof(T) * static_cast<std::size_t>(p.where.shape_of().numel());
+        if (!p.where.holder)
+            bytes += sizeof(T) * static_cast<std::size_t>(p.where.shape_of().numel());
     for (const WeightMatrix<T>* w : mutable_self().weights()) bytes += w->memory_bytes();
     return bytes;
 }

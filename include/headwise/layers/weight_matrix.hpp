@@ -304,8 +304,8 @@ private:
     Tensor<T> value_{Shape{0, 0}};  // the float master; [0] once released
     Tensor<T> grad_{Shape{0, 0}};   // its gradient; allocated on first use; [0] once released
     std::vector<BFloat16> copy_;    // bf16 copy (Precision::bf16), else empty
-    quant::Type stored_ = quant::Type::f32;  // a GGUF type when stored, else f32
-    std::vector<std::uint8_t> blocks_;       // the stored rows, quantized here
+    quant::Type stored_ = quant::Type::f32;   // a GGUF type when stored, else f32
+    std::vector<std::uint8_t> blocks_;        // the stored rows, quantized here
     const std::uint8_t* external_ = nullptr;  // or a file's, borrowed
     std::uint64_t external_bytes_ = 0;
     std::shared_ptr<const void> keep_alive_;  // what keeps external_ valid

@@ -417,8 +417,8 @@ std::vector<ParameterPiece> LlamaDecoderLayer<T>::attention_pieces() const {
         pieces.push_back({std::string(names[i]) + "weight", "in_proj_weight",
                           layout.weight_offset(i), layout.weight_shape(i)});
         if (bias)
-            pieces.push_back({std::string(names[i]) + "bias", "in_proj_bias",
-                              layout.bias_offset(i), Shape{layout.rows(i)}});
+            pieces.push_back({std::string(names[i]) + "bias", "in_proj_bias", layout.bias_offset(i),
+                              Shape{layout.rows(i)}});
     }
     pieces.push_back({"self_attn.o_proj.weight", "out_proj.weight", 0, Shape{layout.E, layout.E}});
     if (bias) pieces.push_back({"self_attn.o_proj.bias", "out_proj.bias", 0, Shape{layout.E}});
@@ -554,8 +554,10 @@ void LlamaForCausalLM<T>::load_pretrained(const StateDict<T>& state) {
         fn.c_str(), this->float_weights_released(),
         "loading writes the float weights (the model is inference-only)");
     if (!model_.config().tie_word_embeddings && state.count("lm_head.weight") == 0)
-        throw std::invalid_argument(fn + ": lm_head.weight: missing from the state dict, expected "
-                                         "shape " + lm_head_.weight().shape().str() +
+        throw std::invalid_argument(fn +
+                                    ": lm_head.weight: missing from the state dict, expected "
+                                    "shape " +
+                                    lm_head_.weight().shape().str() +
                                     " (tie_word_embeddings is false)");
     this->load_state_dict(state, "", load_rules(), fn.c_str());
 }

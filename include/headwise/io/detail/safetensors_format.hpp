@@ -93,17 +93,21 @@ inline std::size_t item_size(Dtype d) {
     switch (d) {
         case Dtype::f64:
         case Dtype::i64:
-        case Dtype::u64: return 8;
+        case Dtype::u64:
+            return 8;
         case Dtype::f32:
         case Dtype::i32:
-        case Dtype::u32: return 4;
+        case Dtype::u32:
+            return 4;
         case Dtype::bf16:
         case Dtype::f16:
         case Dtype::i16:
-        case Dtype::u16: return 2;
+        case Dtype::u16:
+            return 2;
         case Dtype::i8:
         case Dtype::u8:
-        case Dtype::boolean: return 1;
+        case Dtype::boolean:
+            return 1;
     }
     return 1;
 }
@@ -162,7 +166,8 @@ inline double element(const std::uint8_t* p, Dtype d) {
                 bfloat16_to_float(static_cast<std::uint16_t>(load_le(p, 2))));
         case Dtype::f16:
             return static_cast<double>(half_to_float(static_cast<std::uint16_t>(load_le(p, 2))));
-        default: break;
+        default:
+            break;
     }
     return 0.0;
 }
@@ -353,8 +358,9 @@ private:
         else if (d == "BOOL")
             e.dtype = Dtype::boolean;
         else if (d == "F8_E4M3" || d == "F8_E5M2")
-            fail(key, "dtype " + d + " is not supported (F32, F64, BF16, F16 and the integer "
-                                     "dtypes are)");
+            fail(key, "dtype " + d +
+                          " is not supported (F32, F64, BF16, F16 and the integer "
+                          "dtypes are)");
         else
             fail(key, "unknown dtype '" + printable(d) + "'");
 
@@ -538,8 +544,8 @@ std::map<std::string, Tensor<T>> load(const std::string& path, const std::string
         bytes.reset(new std::uint8_t[static_cast<std::size_t>(size) + 1]);
         if (size > 0) in.read(reinterpret_cast<char*>(bytes.get()), size);
         if (in.gcount() != size)
-            fail("read " + std::to_string(in.gcount()) + " of the file's " +
-                 std::to_string(size) + " bytes");
+            fail("read " + std::to_string(in.gcount()) + " of the file's " + std::to_string(size) +
+                 " bytes");
     } catch (const std::ios_base::failure& e) {
         fail(std::string("read error (") + e.what() + ")");
     }

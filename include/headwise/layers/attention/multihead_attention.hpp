@@ -277,8 +277,8 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     } else {
         // torch: xavier_uniform_ on q_proj_weight, k_proj_weight, v_proj_weight in turn.
         for (int i : {detail::kQuery, detail::kKey, detail::kValue})
-            xavier_uniform_(view(w_in_.value().data() + layout.weight_offset(i), layout.weight_shape(i)),
-                            rng_);
+            xavier_uniform_(
+                view(w_in_.value().data() + layout.weight_offset(i), layout.weight_shape(i)), rng_);
     }
     w_out_ = WeightMatrix<T>(Shape{layout.E, layout.E});
     kaiming_uniform_(w_out_.value().view(), std::sqrt(5.0), rng_);
@@ -480,8 +480,8 @@ HeadParameters<T> MultiheadAttention<T>::head(Index i) {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
     return HeadParameters<T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
-                             w_in_.grad().data(),
-                             options_.bias ? gb_in_.data() : nullptr, layout_, i);
+                             w_in_.grad().data(), options_.bias ? gb_in_.data() : nullptr, layout_,
+                             i);
 }
 
 template <class T>
@@ -489,8 +489,8 @@ HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
     return HeadParameters<const T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
-                                   const_cast<WeightMatrix<T>&>(w_in_).grad().data(), options_.bias ? gb_in_.data() : nullptr, layout_,
-                                   i);
+                                   const_cast<WeightMatrix<T>&>(w_in_).grad().data(),
+                                   options_.bias ? gb_in_.data() : nullptr, layout_, i);
 }
 
 template <class T>

@@ -85,8 +85,8 @@ void project(const AttentionParameters<const T>& params, const TensorView<const 
              ProjectionBuffers<T>& y) {
     for (const ProjectionGemm& gm : y.plan().gemms)
         params.in_holder->forward_block(x[gm.input].matrix(), gm.w_offset, gm.w_rows, gm.in,
-                                        params.b_in ? params.b_in + gm.b_offset : nullptr,
-                                        y.y(gm), /*current=*/false);
+                                        params.b_in ? params.b_in + gm.b_offset : nullptr, y.y(gm),
+                                        /*current=*/false);
 }
 
 /// Which input gradients project_backward computes.
