@@ -57,7 +57,7 @@ struct CacheMade {};  // thrown by the stub's make_cache, after it has recorded 
 /// A causal LM as generate() uses it, that records the cache it is asked for and refuses to
 /// make it; its config has max_position_embeddings when `Bounded`.
 template <bool Bounded>
-struct StubModel {
+struct ScriptedModel {
     struct Config {
         Index vocab_size = 4;
     };
@@ -195,7 +195,7 @@ TEST_CASE("generate checks the KV cache length before it allocates", "[generate]
     constexpr Index kMax = std::numeric_limits<Index>::max();
     GenerationOptions options;
 
-    StubModel<true> bounded;      // max_position_embeddings 16
+    ScriptedModel<true> bounded;  // max_position_embeddings 16
     options.max_new_tokens = 12;  // 5 + 12 - 1 = 16 positions: fits
     CHECK_THROWS_AS(headwise::models::generate(bounded, prompts, options), CacheMade);
     CHECK(bounded.capacity == 16);
@@ -212,7 +212,7 @@ TEST_CASE("generate checks the KV cache length before it allocates", "[generate]
                           std::to_string(kMax));
     CHECK(bounded.capacity == -1);  // refused before make_cache
 
-    StubModel<false> unbounded;  // no max_position_embeddings: only what Index can count
+    ScriptedModel<false> unbounded;  // no max_position_embeddings: only what Index can count
     options.max_new_tokens = kMax - 3;
     CHECK_THROWS_WITH(headwise::models::generate(unbounded, prompts, options),
                       fn +

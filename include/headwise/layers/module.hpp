@@ -582,9 +582,9 @@ quant::Type Module<Derived, T>::weight_type() const {
 
 template <class Derived, class T>
 bool Module<Derived, T>::float_weights_released() const {
-    for (const WeightMatrix<T>* w : mutable_self().weights())
-        if (w->released()) return true;
-    return false;
+    detail::ReleasedWalk<T> walk;  // allocates nothing: composites ask on every backward
+    mutable_self().walk_module(walk, "", false);
+    return walk.released;
 }
 
 template <class Derived, class T>

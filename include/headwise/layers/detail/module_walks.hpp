@@ -125,6 +125,13 @@ struct ModesWalk : NoWalk<T> {
     }
 };
 
+/// Whether any weight matrix of the tree has released its float master.
+template <class T>
+struct ReleasedWalk : NoWalk<T> {
+    bool released = false;
+    void weight(WeightMatrix<T>& w) { released = released || w.released(); }
+};
+
 /// Throws, naming `function`, at the first weight matrix stored in a GGUF type.
 template <class T>
 struct StoredCheckWalk : NoWalk<T> {
