@@ -40,7 +40,18 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../tensor.hpp"
 #include "detail/pretrained_sizes.hpp"
 
+namespace headwise::io {
+class GgufFile;
+}
+
 namespace headwise::models {
+
+/// How LlamaForCausalLM::from_gguf holds a GGUF file's weight matrices.
+enum class GgufWeights {
+    stored,   // quantized (and F16, BF16) matrices kept as the file's blocks, multiplied as they
+              // are (ops::quant_matmul); LlamaForCausalLM<float> only
+    float32,  // every tensor dequantized to float at load
+};
 
 /// The keys of a Hugging Face Llama config.json (LlamaForCausalLM) that the decoder needs.
 struct LlamaConfig {
@@ -66,6 +77,21 @@ struct LlamaConfig {
     /// "llama", a hidden_act other than "silu", a head_dim other than hidden_size /
     /// num_attention_heads, a rope type other than "default" and "linear".
     static LlamaConfig from_json_file(const std::string& path);
+
+    /// Reads the metadata of a llama.cpp GGUF file (llama_gguf.hpp): general.architecture must
+    /// be "llama"; llama.embedding_length, block_count, feed_forward_length, context_length,
+    /// attention.head_count and attention.layer_norm_rms_epsilon are required;
+    /// attention.head_count_kv (default head_count), rope.freq_base (default 10000),
+    /// rope.dimension_count, attention.key_length and value_length (each, when present, the head
+    /// dimension), rope.scaling.type ("none" or "linear", with rope.scaling.factor), vocab_size
+    /// (else the length of tokenizer.ggml.tokens), tokenizer.ggml.bos_token_id and eos_token_id
+    /// are read. tie_word_embeddings is true when the file has no output.weight, attention_bias
+    /// when it has blk.0.attn_q.bias, mlp_bias when it has blk.0.ffn_up.bias. Throws
+    /// std::runtime_error naming this function, the file, the key and the value for a key
+    /// missing, of the wrong type or out of range, or asking for what this decoder does not do
+    /// (another architecture, rope scaling other than linear, experts, a head dimension other
+    /// than embedding_length / head_count).
+    static LlamaConfig from_gguf(const io::GgufFile& file);
 };
 
 /// One Llama decoder layer (transformers' LlamaDecoderLayer), pre-norm:
@@ -247,6 +273,31 @@ public:
     /// key and what the file holds, having allocated nothing of the model.
     static LlamaForCausalLM from_pretrained(const std::string& dir,
                                             Projection projection = Projection::fused);
+
+    /// From a llama.cpp GGUF file (llama_gguf.hpp): the configuration from its metadata
+    /// (LlamaConfig::from_gguf), the weights from llama.cpp's tensor names (token_embd,
+    /// blk.N.attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
+    /// ffn_down, output_norm, and output unless tied), every tensor's presence and shape
+    /// checked against the configuration before the model is built. The rows of attn_q and
+    /// attn_k, which llama.cpp's converter permutes within each head (rotary pairs adjacent),
+    /// are put back in Hugging Face's rotate-half order. GgufWeights::stored (float models
+    /// only) keeps each weight matrix in its file type: the file's blocks are used where they
+    /// lie in the mapping (kept alive by the model), the in-projection's q, k and v rows are
+    /// copied into blocks of the model's own (q and k reordered); an in-projection whose q, k
+    /// and v have different types (llama.cpp's Q4_K_M gives some layers' attn_v Q6_K) and F32
+    /// matrices are dequantized to float, as are the token embedding and the norms.
+    /// GgufWeights::float32 dequantizes every tensor. Throws std::runtime_error from
+    /// io::load_gguf (a file that is no valid GGUF, a tensor type headwise does not read) and
+    /// LlamaConfig::from_gguf, std::invalid_argument naming this function, the file and the
+    /// tensor for a tensor missing, of the wrong shape or that a Llama model does not have.
+    static LlamaForCausalLM from_gguf(const std::string& path,
+                                      GgufWeights weights = GgufWeights::stored,
+                                      Projection projection = Projection::fused);
+    /// The same from a GGUF file already open (io::load_gguf or io::parse_gguf); stored
+    /// weights keep a copy of `file` (its mapping) alive.
+    static LlamaForCausalLM from_gguf(const io::GgufFile& file,
+                                      GgufWeights weights = GgufWeights::stored,
+                                      Projection projection = Projection::fused);
 
     /// Strict loading of a LlamaForCausalLM state dict (model.*, and lm_head.weight unless the
     /// embeddings are tied; a tied checkpoint's lm_head.weight, when present, is ignored):
@@ -618,3 +669,6 @@ Tensor<T> LlamaForCausalLM<T>::forward(TensorView<const std::int64_t> input_ids,
 }
 
 }  // namespace headwise::models
+
+// LlamaConfig::from_gguf and LlamaForCausalLM::from_gguf.
+#include "llama_gguf.hpp"  // IWYU pragma: export

@@ -1,0 +1,417 @@
+// SPDX-License-Identifier: MIT
+// A Llama model from a llama.cpp GGUF file: LlamaConfig::from_gguf (the metadata) and
+// LlamaForCausalLM::from_gguf (the tensors, stored as their blocks or dequantized).
+#pragma once
+
+#include <algorithm>    // std::copy_n, std::sort
+#include <cmath>        // std::isfinite
+#include <cstdint>      // std::uint8_t, std::uint64_t
+#include <cstring>      // std::memcpy
+#include <map>          // std::map
+#include <memory>       // std::make_shared, std::shared_ptr
+#include <optional>     // std::optional, std::nullopt
+#include <set>          // std::set
+#include <stdexcept>    // std::invalid_argument, std::runtime_error, std::logic_error
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
+
+#include "../config.hpp"
+#include "../io/gguf.hpp"
+#include "../io/gguf_value.hpp"
+#include "../layers/detail/module_walks.hpp"
+#include "../layers/weight_matrix.hpp"
+#include "../quant/dequantize.hpp"
+#include "../quant/types.hpp"
+#include "../shape.hpp"
+#include "../tensor.hpp"
+#include "llama.hpp"
+
+namespace headwise::models {
+
+namespace detail {
+
+/// One tensor of a Llama GGUF file: llama.cpp's name, the parameter it fills (Hugging Face's
+/// name, as LlamaForCausalLM declares it), its shape, and the heads whose rows llama.cpp's
+/// converter permuted (0: none).
+struct LlamaGgufTensor {
+    std::string gguf;
+    std::string hf;
+    Shape shape;
+    Index permuted_heads = 0;
+};
+
+/// The tensors a Llama GGUF file holds for `c`, in the order of llama.cpp's converter
+/// (llama.cpp's tensor-name table for LLM_ARCH_LLAMA).
+inline std::vector<LlamaGgufTensor> llama_gguf_tensors(const LlamaConfig& c) {
+    const Index E = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+    const Index kv = c.num_key_value_heads * (E / c.num_attention_heads);
+    std::vector<LlamaGgufTensor> t;
+    t.push_back({"token_embd.weight", "model.embed_tokens.weight", Shape{V, E}, 0});
+    for (Index n = 0; n < c.num_hidden_layers; ++n) {
+        const std::string b = "blk." + std::to_string(n) + ".";
+        const std::string m = "model.layers." + std::to_string(n) + ".";
+        const auto add = [&](const char* gguf, const char* hf, Shape shape, Index heads) {
+            t.push_back({b + gguf, m + hf, std::move(shape), heads});
+        };
+        add("attn_norm.weight", "input_layernorm.weight", Shape{E}, 0);
+        add("attn_q.weight", "self_attn.q_proj.weight", Shape{E, E}, c.num_attention_heads);
+        add("attn_k.weight", "self_attn.k_proj.weight", Shape{kv, E}, c.num_key_value_heads);
+        add("attn_v.weight", "self_attn.v_proj.weight", Shape{kv, E}, 0);
+        add("attn_output.weight", "self_attn.o_proj.weight", Shape{E, E}, 0);
+        if (c.attention_bias) {
+            add("attn_q.bias", "self_attn.q_proj.bias", Shape{E}, c.num_attention_heads);
+            add("attn_k.bias", "self_attn.k_proj.bias", Shape{kv}, c.num_key_value_heads);
+            add("attn_v.bias", "self_attn.v_proj.bias", Shape{kv}, 0);
+            add("attn_output.bias", "self_attn.o_proj.bias", Shape{E}, 0);
+        }
+        add("ffn_norm.weight", "post_attention_layernorm.weight", Shape{E}, 0);
+        add("ffn_gate.weight", "mlp.gate_proj.weight", Shape{I, E}, 0);
+        add("ffn_up.weight", "mlp.up_proj.weight", Shape{I, E}, 0);
+        add("ffn_down.weight", "mlp.down_proj.weight", Shape{E, I}, 0);
+        if (c.mlp_bias) {
+            add("ffn_gate.bias", "mlp.gate_proj.bias", Shape{I}, 0);
+            add("ffn_up.bias", "mlp.up_proj.bias", Shape{I}, 0);
+            add("ffn_down.bias", "mlp.down_proj.bias", Shape{E}, 0);
+        }
+    }
+    t.push_back({"output_norm.weight", "model.norm.weight", Shape{E}, 0});
+    if (!c.tie_word_embeddings) t.push_back({"output.weight", "lm_head.weight", Shape{V, E}, 0});
+    return t;
+}
+
+/// Row r of Hugging Face's layout of a tensor whose rows are heads of D rows: the row of
+/// llama.cpp's layout it was moved to. The converter reshapes each head's rows [2, D/2] (the
+/// two halves that rotate_half pairs) and swaps the axes to [D/2, 2], so that HF row
+/// s D/2 + i of a head is row 2 i + s of the file's.
+inline Index llama_gguf_row(Index r, Index D) noexcept {
+    const Index head = r / D, j = r % D, half = D / 2;
+    return head * D + (j % half) * 2 + j / half;
+}
+
+/// A GGUF value in a message: its type and, for scalars, the value (strings bounded).
+inline std::string describe_gguf_value(const io::GgufValue& v) {
+    const std::string type = io::gguf_value_type_name(v.type());
+    switch (v.type()) {
+        case io::GgufValueType::array:
+            return "an ARRAY of " + std::to_string(v.size());
+        case io::GgufValueType::string:
+            return "the STRING '" + io::detail::gguf::printable(v.as_string()) + "'";
+        case io::GgufValueType::float32:
+        case io::GgufValueType::float64:
+            return "the " + type + " " + std::to_string(v.as_float());
+        case io::GgufValueType::boolean:
+            return std::string("the BOOL ") + (v.as_bool() ? "true" : "false");
+        case io::GgufValueType::uint64:
+            return "the UINT64 " + std::to_string(v.as_uint());
+        default:
+            return "the " + type + " " + std::to_string(v.as_int());
+    }
+}
+
+/// Reads the metadata keys of a Llama GGUF file, each problem thrown as std::runtime_error
+/// "<function>: <file>: <key>: <what>".
+class LlamaGgufKeys {
+public:
+    explicit LlamaGgufKeys(const io::GgufFile& file) : file_(file) {}
+
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw std::runtime_error(std::string(kFunction) + ": " + file_.name() + ": " + key + ": " +
+                                 what);
+    }
+    const io::GgufValue* find(const std::string& key) const { return file_.find(key); }
+
+    /// A positive integer (at most 2^31); `fallback` when absent and not required.
+    Index count(const std::string& key, bool required, Index fallback = 0) const {
+        const io::GgufValue* v = file_.find(key);
+        if (v == nullptr) {
+            if (required) fail(key, "missing (a Llama GGUF file has it)");
+            return fallback;
+        }
+        if (!is_integer(*v) || v->as_int() < 1 || v->as_int() > (std::int64_t{1} << 31))
+            fail(key, "expected a positive integer (one for all layers), got " +
+                          describe_gguf_value(*v));
+        return static_cast<Index>(v->as_int());
+    }
+    /// A finite number above `low` (at least, when `inclusive`).
+    double number(const std::string& key, bool required, double fallback, double low,
+                  bool inclusive) const {
+        const io::GgufValue* v = file_.find(key);
+        if (v == nullptr) {
+            if (required) fail(key, "missing (a Llama GGUF file has it)");
+            return fallback;
+        }
+        const bool real =
+            v->type() == io::GgufValueType::float32 || v->type() == io::GgufValueType::float64;
+        const double x = real ? v->as_float() : 0.0;
+        if (!real || !std::isfinite(x) || x < low || (!inclusive && x == low))
+            fail(key, std::string("expected a finite FLOAT32 or FLOAT64 ") +
+                          (inclusive ? "of at least " : "above ") + std::to_string(low) + ", got " +
+                          describe_gguf_value(*v));
+        return x;
+    }
+
+    static constexpr const char* kFunction = "headwise::models::LlamaConfig::from_gguf";
+
+    /// An integer type whose value as_int() reads.
+    static bool is_integer(const io::GgufValue& v) {
+        switch (v.type()) {
+            case io::GgufValueType::uint8:
+            case io::GgufValueType::int8:
+            case io::GgufValueType::uint16:
+            case io::GgufValueType::int16:
+            case io::GgufValueType::uint32:
+            case io::GgufValueType::int32:
+            case io::GgufValueType::int64:
+                return true;
+            case io::GgufValueType::uint64:
+                return v.as_uint() <= (std::uint64_t{1} << 62);
+            default:
+                return false;
+        }
+    }
+
+private:
+    const io::GgufFile& file_;
+};
+
+/// Dequantizes the tensor `info` of `file` into `out` (row-major, info.shape()), its rows put
+/// back in Hugging Face's order when they are `heads` permuted heads.
+template <class T>
+void llama_gguf_dequantize(const io::GgufFile& file, const io::GgufTensorInfo& info, Index heads,
+                           T* out) {
+    const Shape shape = info.shape();
+    const Index cols = shape[shape.rank() - 1], rows = info.numel / (cols > 0 ? cols : 1);
+    if (info.numel == 0) return;
+    const std::uint64_t row_bytes = quant::row_bytes(info.type, cols);
+    const std::uint8_t* src = file.tensor_data(info);
+    std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
+    if (shape.rank() == 1 && heads > 0) {
+        // A permuted bias: one row of elements, reordered as the rows of its weight.
+        quant::dequantize_row(info.type, src, row.data(), cols);
+        const Index D = cols / heads;
+        for (Index r = 0; r < cols; ++r) out[r] = static_cast<T>(row[llama_gguf_row(r, D)]);
+        return;
+    }
+    const Index D = heads > 0 ? rows / heads : 0;
+    for (Index r = 0; r < rows; ++r) {
+        const Index from = heads > 0 ? llama_gguf_row(r, D) : r;
+        quant::dequantize_row(info.type, src + static_cast<std::uint64_t>(from) * row_bytes,
+                              row.data(), cols);
+        std::copy_n(row.data(), cols, out + r * cols);
+    }
+}
+
+}  // namespace detail
+
+// ---- definitions -----------------------------------------------------------------------------
+
+inline LlamaConfig LlamaConfig::from_gguf(const io::GgufFile& file) {
+    const detail::LlamaGgufKeys keys(file);
+    const io::GgufValue* arch = keys.find("general.architecture");
+    if (arch == nullptr) keys.fail("general.architecture", "missing (GGUF files name it)");
+    if (arch->type() != io::GgufValueType::string || arch->as_string() != "llama")
+        keys.fail("general.architecture", "only \"llama\" is read by LlamaForCausalLM, got " +
+                                              detail::describe_gguf_value(*arch));
+    LlamaConfig c;
+    c.hidden_size = keys.count("llama.embedding_length", true);
+    c.num_hidden_layers = keys.count("llama.block_count", true);
+    c.intermediate_size = keys.count("llama.feed_forward_length", true);
+    c.max_position_embeddings = keys.count("llama.context_length", true);
+    c.num_attention_heads = keys.count("llama.attention.head_count", true);
+    c.num_key_value_heads =
+        keys.count("llama.attention.head_count_kv", false, c.num_attention_heads);
+    c.rms_norm_eps = keys.number("llama.attention.layer_norm_rms_epsilon", true, 0.0, 0.0, false);
+    c.rope_theta = keys.number("llama.rope.freq_base", false, 10000.0, 1.0, true);
+
+    const Index H = c.num_attention_heads, E = c.hidden_size;
+    if (E % H != 0)
+        keys.fail("llama.attention.head_count",
+                  "must divide llama.embedding_length = " + std::to_string(E) + ", got " +
+                      std::to_string(H));
+    const Index D = E / H;
+    if (D % 2 != 0)
+        keys.fail("llama.attention.head_count",
+                  "the head dimension llama.embedding_length / head_count = " + std::to_string(D) +
+                      " must be even (RoPE rotates pairs of features)");
+    if (H % c.num_key_value_heads != 0)
+        keys.fail("llama.attention.head_count_kv",
+                  "must divide llama.attention.head_count = " + std::to_string(H) + ", got " +
+                      std::to_string(c.num_key_value_heads));
+    for (const char* key : {"llama.rope.dimension_count", "llama.attention.key_length",
+                            "llama.attention.value_length"})
+        if (const Index n = keys.count(key, false, D); n != D)
+            keys.fail(key, "only the head dimension llama.embedding_length / head_count = " +
+                               std::to_string(D) + " is supported, got " + std::to_string(n));
+    if (const io::GgufValue* experts = keys.find("llama.expert_count"))
+        if (!detail::LlamaGgufKeys::is_integer(*experts) || experts->as_int() != 0)
+            keys.fail("llama.expert_count", "mixture-of-experts models are not supported, got " +
+                                                detail::describe_gguf_value(*experts));
+
+    // RoPE scaling: llama.cpp's rope.scaling.type, or the older rope.scale_linear.
+    if (const io::GgufValue* type = keys.find("llama.rope.scaling.type")) {
+        const bool text = type->type() == io::GgufValueType::string;
+        const std::string kind = text ? type->as_string() : std::string();
+        if (kind == "linear") {
+            c.rope_scaling_factor = keys.number("llama.rope.scaling.factor", true, 1.0, 1.0, true);
+        } else if (kind != "none") {
+            keys.fail("llama.rope.scaling.type",
+                      "only \"none\" and \"linear\" rope scaling are supported, got " +
+                          detail::describe_gguf_value(*type));
+        }
+    } else if (keys.find("llama.rope.scale_linear") != nullptr) {
+        c.rope_scaling_factor = keys.number("llama.rope.scale_linear", true, 1.0, 1.0, true);
+    }
+
+    if (keys.find("llama.vocab_size") != nullptr) {
+        c.vocab_size = keys.count("llama.vocab_size", true);
+    } else if (const io::GgufValue* tokens = keys.find("tokenizer.ggml.tokens")) {
+        if (tokens->type() != io::GgufValueType::array || tokens->size() == 0)
+            keys.fail("tokenizer.ggml.tokens",
+                      "expected a non-empty ARRAY (the vocabulary, as llama.vocab_size is "
+                      "missing), got " +
+                          detail::describe_gguf_value(*tokens));
+        c.vocab_size = static_cast<Index>(tokens->size());
+    } else {
+        keys.fail("llama.vocab_size", "missing, and so is tokenizer.ggml.tokens");
+    }
+    const auto token = [&](const char* key) -> std::optional<std::int64_t> {
+        const io::GgufValue* v = keys.find(key);
+        if (v == nullptr) return std::nullopt;
+        if (!detail::LlamaGgufKeys::is_integer(*v) || v->as_int() < 0)
+            keys.fail(key,
+                      "expected a non-negative integer, got " + detail::describe_gguf_value(*v));
+        return v->as_int();
+    };
+    c.bos_token_id = token("tokenizer.ggml.bos_token_id");
+    if (const auto eos = token("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*eos);
+    c.tie_word_embeddings = file.find_tensor("output.weight") == nullptr;
+    c.attention_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.mlp_bias = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+    return c;
+}
+
+template <class T>
+LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const std::string& path, GgufWeights weights,
+                                                   Projection projection) {
+    return from_gguf(io::load_gguf(path), weights, projection);
+}
+
+template <class T>
+LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, GgufWeights weights,
+                                                   Projection projection) {
+    const std::string fn = std::string(kName) + "::from_gguf";
+    if (weights != GgufWeights::stored && weights != GgufWeights::float32)
+        throw_invalid_argument(fn, "weights", "GgufWeights::stored or GgufWeights::float32",
+                               std::to_string(static_cast<int>(weights)));
+    if (weights == GgufWeights::stored && !std::is_same_v<T, float>)
+        throw_invalid_argument(fn, "weights",
+                               "GgufWeights::float32 for a LlamaForCausalLM<double> (stored "
+                               "blocks are multiplied by float models)",
+                               "GgufWeights::stored");
+    const LlamaConfig config = LlamaConfig::from_gguf(file);
+    const std::vector<detail::LlamaGgufTensor> specs = detail::llama_gguf_tensors(config);
+
+    // Every tensor against the configuration before the model is built (and allocated).
+    const auto fail = [&](const std::string& tensor, const std::string& what) {
+        throw std::invalid_argument(fn + ": " + file.name() + ": tensor '" +
+                                    io::detail::gguf::printable(tensor) + "' " + what);
+    };
+    std::vector<const io::GgufTensorInfo*> infos;
+    std::set<std::string> expected;
+    for (const detail::LlamaGgufTensor& s : specs) {
+        const io::GgufTensorInfo* info = file.find_tensor(s.gguf);
+        if (info == nullptr)
+            fail(s.gguf, "is missing; a Llama model of this configuration has it, of shape " +
+                             s.shape.str());
+        if (info->shape() != s.shape)
+            fail(s.gguf, "has shape " + info->shape().str() + ", expected " + s.shape.str() +
+                             " (from the file's llama.* keys)");
+        infos.push_back(info);
+        expected.insert(s.gguf);
+    }
+    for (const io::GgufTensorInfo& t : file.tensors())
+        if (expected.count(t.name) == 0)
+            fail(t.name, "is not one of a Llama model's (of llama.block_count = " +
+                             std::to_string(config.num_hidden_layers) +
+                             " layers); headwise reads token_embd, blk.N.attn_norm, attn_q, "
+                             "attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, "
+                             "output_norm and output");
+
+    LlamaForCausalLM model(config, projection, uninitialized);
+    headwise::detail::ListParametersWalk<T> walk;
+    model.walk_module(walk, "", true);
+    std::map<std::string, const headwise::detail::DeclaredParameter<T>*> params;
+    for (const headwise::detail::ListedParameter<T>& p : walk.found) params[p.name] = &p.where;
+
+    // The weight matrices each tensor fills, a holder's pieces in the order of their offsets.
+    struct Piece {
+        std::size_t spec;
+        Index offset;
+    };
+    std::map<WeightMatrix<T>*, std::vector<Piece>> holders;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        const auto it = params.find(specs[i].hf);
+        if (it == params.end() || it->second->shape_of() != specs[i].shape)
+            throw std::logic_error(fn + ": the model has no parameter " + specs[i].hf +
+                                   " of shape " + specs[i].shape.str());
+        if (it->second->holder) holders[it->second->holder].push_back({i, it->second->offset});
+    }
+    std::set<std::size_t> kept;  // specs whose blocks a holder keeps
+    if constexpr (std::is_same_v<T, float>) {
+        if (weights == GgufWeights::stored) {
+            const std::shared_ptr<const void> alive = std::make_shared<const io::GgufFile>(file);
+            for (auto& [w, pieces] : holders) {
+                std::sort(pieces.begin(), pieces.end(),
+                          [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+                // One type for the whole holder, its pieces covering it in order, rows of the
+                // holder's row length: else the holder is dequantized.
+                const quant::Type type = infos[pieces.front().spec]->type;
+                bool keep = type != quant::Type::f32 && w->row_length() > 0;
+                Index next = 0;
+                for (const Piece& p : pieces) {
+                    const io::GgufTensorInfo& info = *infos[p.spec];
+                    keep = keep && info.type == type && p.offset == next &&
+                           info.shape().rank() == 2 && info.shape()[1] == w->row_length();
+                    next += info.numel;
+                }
+                keep = keep && next == w->numel();
+                if (!keep) continue;
+                const std::uint64_t row_bytes = quant::row_bytes(type, w->row_length());
+                const std::uint64_t bytes =
+                    row_bytes * static_cast<std::uint64_t>(w->numel() / w->row_length());
+                const bool as_is = pieces.size() == 1 && specs[pieces[0].spec].permuted_heads == 0;
+                if (as_is) {  // the file's blocks where they lie
+                    w->take_stored(type, file.tensor_data(*infos[pieces[0].spec]), bytes, alive);
+                } else {  // the pieces' rows copied one after the other, q and k reordered
+                    auto blocks = std::make_shared<std::vector<std::uint8_t>>(bytes);
+                    std::uint8_t* out = blocks->data();
+                    for (const Piece& p : pieces) {
+                        const io::GgufTensorInfo& info = *infos[p.spec];
+                        const Index rows = info.shape()[0], heads = specs[p.spec].permuted_heads;
+                        const std::uint8_t* src = file.tensor_data(info);
+                        for (Index r = 0; r < rows; ++r) {
+                            const Index from =
+                                heads > 0 ? detail::llama_gguf_row(r, rows / heads) : r;
+                            std::memcpy(out, src + static_cast<std::uint64_t>(from) * row_bytes,
+                                        static_cast<std::size_t>(row_bytes));
+                            out += row_bytes;
+                        }
+                    }
+                    const std::uint8_t* data = blocks->data();
+                    w->take_stored(type, data, bytes, std::shared_ptr<const void>(blocks, data));
+                }
+                for (const Piece& p : pieces) kept.insert(p.spec);
+            }
+        }
+    }
+    // Everything else dequantized into the float parameters.
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (kept.count(i) != 0) continue;
+        const TensorView<T> dst = params.at(specs[i].hf)->value_of();
+        detail::llama_gguf_dequantize(file, *infos[i], specs[i].permuted_heads, dst.data());
+    }
+    return model;
+}
+
+}  // namespace headwise::models
