@@ -139,11 +139,14 @@ TEST_CASE("with_weight_type refuses before anything changes", "[weight_types][er
         Catch::Matchers::Message("headwise::Linear::with_weight_type: weight: rows of a "
                                  "multiple of 32 values (Q8_0 blocks), got rows of 40"));
     CHECK(small.weight_type() == Type::f32);
+    CHECK_THROWS_MATCHES(
+        odd.with_weight_type(Type::q4_k), std::invalid_argument,
+        Catch::Matchers::Message("headwise::Linear::with_weight_type: weight: rows of a "
+                                 "multiple of 256 values (Q4_K blocks), got rows of 48"));
     CHECK_THROWS_WITH(
-        odd.with_weight_type(Type::q4_k),
+        odd.with_weight_type(Type::f32),
         Catch::Matchers::StartsWith("headwise::Linear::with_weight_type: type: F16, BF16, Q8_0, "
-                                    "Q4_0, Q4_1, Q5_0 or Q5_1, got Q4_K (12)"));
-    CHECK_THROWS_WITH(odd.with_weight_type(Type::f32), Catch::Matchers::EndsWith("got F32 (0)"));
+                                    "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q6_K, got F32 (0)"));
     CHECK_THROWS_WITH(odd.with_weight_type(static_cast<Type>(99)),
                       Catch::Matchers::EndsWith("got unknown (99)"));
     CHECK_THROWS_WITH(odd.with_weight_type(Type::q8_0, static_cast<FloatWeights>(7)),

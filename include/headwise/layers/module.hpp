@@ -277,11 +277,11 @@ public:
     /// once released; all before anything changes. See precision.hpp and docs/precision.md.
     Derived& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep);
     /// Every weight matrix of the tree stored as `type`, a GGUF tensor type headwise quantizes
-    /// (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quant::quantize_row, bit for bit as
-    /// gguf.quants), quantized once from the float weights as they are now; the products read
-    /// the stored rows (ops::quant_matmul) without dequantizing the matrix. Everything else
-    /// stays float. Inference only: backward throws std::logic_error naming the type.
-    /// FloatWeights::keep keeps the float weights (state_dict() and loads work; a load
+    /// (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K: quant::quantize_row, bit for bit
+    /// as gguf.quants and llama.cpp), quantized once from the float weights as they are now; the
+    /// products read the stored rows (ops::quant_matmul) without dequantizing the matrix.
+    /// Everything else stays float. Inference only: backward throws std::logic_error naming the
+    /// type. FloatWeights::keep keeps the float weights (state_dict() and loads work; a load
     /// quantizes again), release frees them (the weights then take quant::row_bytes per row).
     /// with_precision(Precision::float32) returns to float (released: the stored values,
     /// dequantized exactly). Throws std::invalid_argument naming "<kName>::with_weight_type"
@@ -543,7 +543,7 @@ Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights flo
     const bool quantizable = quant::is_readable(static_cast<std::uint32_t>(type)) &&
                              type != quant::Type::f32 && quant::block_format(type).quantizable;
     if (!quantizable)
-        throw_invalid_argument(fn, "type", "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1",
+        throw_invalid_argument(fn, "type", "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q6_K",
                                quant::describe_type(static_cast<std::uint32_t>(type)));
     if (float_weights != FloatWeights::keep && float_weights != FloatWeights::release)
         throw_invalid_argument(fn, "float_weights", "FloatWeights::keep or FloatWeights::release",

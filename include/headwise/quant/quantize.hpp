@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Quantization of float rows to F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, bit for bit as
-// gguf.quants.quantize (llama.cpp's reference quantizers, ggml-quants.c).
+// Quantization of float rows to every type headwise reads: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0 and Q5_1 bit for bit as gguf.quants.quantize, Q4_K and Q6_K bit for bit as llama.cpp's
+// reference quantizers (ggml-quants.c; k_quants.hpp).
 #pragma once
 
 #include <cmath>      // std::fabs, std::isnan, std::trunc
@@ -13,6 +14,7 @@
 #include "../config.hpp"
 #include "detail/numpy_float.hpp"
 #include "half.hpp"
+#include "k_quants.hpp"
 #include "types.hpp"
 
 namespace headwise::quant {
@@ -42,10 +44,10 @@ void quantize_block_q5_1(const float* x, std::uint8_t* block) noexcept;
 
 /// Quantizes the `n` values at `src` into row_bytes(type, n) bytes at `dst`, for F32 (the bits
 /// as they are), F16 (float_to_half), BF16 (nearest, ties to even; a NaN made quiet, as
-/// BFloat16::from_float) and the five 32-value formats. Throws std::invalid_argument, naming the
-/// function, the type and n, before writing anything, for Q4_K and Q6_K (their quantizer is
-/// llama.cpp's search for the best scales, which headwise does not have), a type headwise does
-/// not read, or an n that is no multiple of the block size.
+/// BFloat16::from_float), the five 32-value formats and the K-quants Q4_K and Q6_K
+/// (quantize_block_q4_k, quantize_block_q6_k). Throws std::invalid_argument, naming the
+/// function, the type and n, before writing anything, for a type headwise does not read or an n
+/// that is no multiple of the block size.
 void quantize_row(Type type, const float* src, void* dst, Index n);
 
 // ---- definitions -----------------------------------------------------------------------------
@@ -187,11 +189,6 @@ inline void quantize_block_q5_1(const float* x, std::uint8_t* block) noexcept {
 inline void quantize_row(Type type, const float* src, void* dst, Index n) {
     constexpr const char* fn = "headwise::quant::quantize_row";
     const BlockFormat f = block_format(type, fn);
-    if (!f.quantizable)
-        throw std::invalid_argument(std::string(fn) + ": quantizing to " + f.name +
-                                    " is not implemented (it needs llama.cpp's search for the "
-                                    "best scales); headwise quantizes to F32, F16, BF16, Q8_0, "
-                                    "Q4_0, Q4_1, Q5_0 and Q5_1");
     row_bytes(type, n, fn);  // checks n
     auto* out = static_cast<std::uint8_t*>(dst);
     const Index blocks = n / f.block_size;
@@ -227,8 +224,11 @@ inline void quantize_row(Type type, const float* src, void* dst, Index n) {
                 quantize_block_q5_1(x, b);
                 break;
             case Type::q4_k:
+                quantize_block_q4_k(x, b);
+                break;
             case Type::q6_k:
-                break;  // refused above
+                quantize_block_q6_k(x, b);
+                break;
         }
     }
 }

@@ -127,9 +127,9 @@ inline BlockFormat block_format(Type type, const char* function) {
         case Type::q8_0:
             return {type, "Q8_0", kBlock32, 34, true};
         case Type::q4_k:
-            return {type, "Q4_K", kBlockK, 144, false};
+            return {type, "Q4_K", kBlockK, 144, true};
         case Type::q6_k:
-            return {type, "Q6_K", kBlockK, 210, false};
+            return {type, "Q6_K", kBlockK, 210, true};
     }
     throw std::invalid_argument(std::string(function) + ": type " +
                                 describe_type(static_cast<std::uint32_t>(type)) +
