@@ -31,6 +31,7 @@ struct MhaConfig {
     CausalAlignment alignment = CausalAlignment::top_left;  // of the causal mask
     std::optional<double> scale;                            // unset: 1 / sqrt(D)
     RotaryEmbedding rotary;                                 // RoPE on Q and K; off by default
+    Index head_dim = 0;                                     // D; 0 = E / H
 
     std::string str() const {
         return "B=" + std::to_string(B) + " L=" + std::to_string(L) + " S=" + std::to_string(S) +
@@ -46,7 +47,8 @@ struct MhaConfig {
                (rotary.enabled ? " rope=" + std::string(to_string(rotary.convention)) +
                                      " theta=" + std::to_string(rotary.theta) +
                                      " factor=" + std::to_string(rotary.scaling_factor)
-                               : std::string());
+                               : std::string()) +
+               (head_dim ? " head_dim=" + std::to_string(head_dim) : std::string());
     }
     MultiheadAttentionOptions options(Projection p) const {
         MultiheadAttentionOptions o;
@@ -62,6 +64,7 @@ struct MhaConfig {
         o.scale = scale;
         o.num_kv_heads = Hkv;
         o.rotary = rotary;
+        o.head_dim = head_dim;
         return o;
     }
     Index kd() const { return kdim ? kdim : E; }
@@ -149,6 +152,7 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     p.bias_kv = c.bias_kv;
     p.zero_attn = c.zero_attn;
     p.scale = c.scale;
+    p.head_dim = c.head_dim;
     p.dropout = dropout;
     p.rope.enabled = c.rotary.enabled;
     p.rope.theta = c.rotary.theta;

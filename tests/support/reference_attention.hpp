@@ -44,12 +44,15 @@ struct ReferenceRope {
 /// into storage the caller keeps alive.
 struct ReferenceProblem {
     Index B = 1, L = 1, S = 1, E = 1, H = 1;
-    Index kdim = 0, vdim = 0;     // features of the key and value inputs; 0 = E
-    Index num_kv_heads = 0;       // key/value heads Hkv; 0 = H
-    bool bias = true;             // in_proj_bias and out_proj.bias
-    bool bias_kv = false;         // append bias_k and bias_v as one more key and value
-    bool zero_attn = false;       // append a zero key and value
-    std::optional<double> scale;  // of the scores; unset: 1 / sqrt(D)
+    Index kdim = 0, vdim = 0;           // features of the key and value inputs; 0 = E
+    Index num_kv_heads = 0;             // key/value heads Hkv; 0 = H
+    bool bias = true;                   // in_proj_bias and out_proj.bias
+    bool bias_kv = false;               // append bias_k and bias_v as one more key and value
+    bool zero_attn = false;             // append a zero key and value
+    std::optional<double> scale;        // of the scores; unset: 1 / sqrt(D)
+    Index head_dim = 0;                 // D; 0 = E / H
+    const double* head_mask = nullptr;  // [H] or [B, H]: head h's probabilities times it
+    bool head_mask_batched = false;     // [B, H]
     ReferenceMasks masks;
     const std::vector<double>* dropout = nullptr;  // one factor per weight [B, H, L, S'], or none
     ReferenceRope rope;                            // applied to Q and K after the projection
@@ -62,7 +65,9 @@ struct ReferenceProblem {
 /// scaled by `problem.scale`, 1 / sqrt(D) when unset. `problem.dropout`, when given, holds one
 /// factor per weight [B, H, L, S']: 0 where the weight is dropped, 1 / (1 - dropout) where it is
 /// kept. With `problem.num_kv_heads` = Hkv key/value heads, K and V have Hkv D features and query
-/// head h reads key/value head h / (H / Hkv).
+/// head h reads key/value head h / (H / Hkv). `problem.head_dim` sets D (Q has H D features,
+/// out_proj.weight is [E, H D]); `problem.head_mask` multiplies head h's probabilities (after
+/// dropout), as Hugging Face's head_mask does.
 inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<double>>& params,
                                         const ReferenceProblem& problem,
                                         const std::vector<double>& q, const std::vector<double>& k,
@@ -72,11 +77,12 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
     const bool bias = problem.bias, bias_kv = problem.bias_kv, zero_attn = problem.zero_attn;
     const ReferenceMasks& masks = problem.masks;
     const std::vector<double>* dropout = problem.dropout;
-    const Index D = E / H;
+    const Index D = problem.head_dim ? problem.head_dim : E / H;
+    const Index HD = H * D;  // the inner width: features of Q and of the concatenated heads
     const Index Hkv = problem.num_kv_heads ? problem.num_kv_heads : H;
-    const Index group = H / Hkv;                     // query heads per key/value head
-    const Index rows_of[3] = {E, Hkv * D, Hkv * D};  // output features of each projection
-    const Index row0[3] = {0, E, E + Hkv * D};       // first row of each in the packed weight
+    const Index group = H / Hkv;                      // query heads per key/value head
+    const Index rows_of[3] = {HD, Hkv * D, Hkv * D};  // output features of each projection
+    const Index row0[3] = {0, HD, HD + Hkv * D};      // first row of each in the packed weight
     const bool packed = params.count("in_proj_weight") > 0;
     // Weight rows of projection p (0 q, 1 k, 2 v): element (o, c) of W_p [rows_of[p], in_p].
     auto w = [&](int p, Index o, Index c) -> double {
@@ -102,7 +108,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
         return y;
     };
     const Index F = Hkv * D;                         // key/value features
-    std::vector<double> Q = project(0, q, L, E);     // [B, L, E]
+    std::vector<double> Q = project(0, q, L, E);     // [B, L, H D]
     std::vector<double> K = project(1, k, S, kdim);  // [B, S, Hkv D]
     std::vector<double> V = project(2, v, S, vdim);  // [B, S, Hkv D]
     // RoPE: each head's features (a, b) of pair p turned by the angle of row n's position.
@@ -128,7 +134,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     }
     };
     if (problem.rope.enabled) {
-        rotate(Q, L, E);
+        rotate(Q, L, HD);
         rotate(K, S, Hkv * D);
     }
     const Index Sx = S + (bias_kv ? 1 : 0) + (zero_attn ? 1 : 0);
@@ -146,7 +152,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
     ReferenceAttention r;
     r.Sx = Sx;
     r.weights.assign(static_cast<std::size_t>(B * H * L * Sx), 0.0);
-    std::vector<double> ctx(static_cast<std::size_t>(B * L * E), 0.0);
+    std::vector<double> ctx(static_cast<std::size_t>(B * L * HD), 0.0);
     const double scale = problem.scale ? *problem.scale : 1.0 / std::sqrt(static_cast<double>(D));
     const double inf = std::numeric_limits<double>::infinity();
     for (Index b = 0; b < B; ++b)
@@ -157,7 +163,7 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                 for (Index j = 0; j < Sx; ++j) {
                     double acc = 0;
                     for (Index d = 0; d < D; ++d)
-                        acc += Q[static_cast<std::size_t>((b * L + i) * E + h * D + d)] *
+                        acc += Q[static_cast<std::size_t>((b * L + i) * HD + h * D + d)] *
                                kx(b, j, (h / group) * D + d);
                     acc *= scale;
                     if (j < S) {
@@ -180,9 +186,11 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
                     const std::size_t at = static_cast<std::size_t>(((b * H + h) * L + i) * Sx + j);
                     double p = sum > 0 ? s[static_cast<std::size_t>(j)] / sum : 0.0;
                     if (dropout) p *= (*dropout)[at];
+                    if (problem.head_mask)
+                        p *= problem.head_mask[problem.head_mask_batched ? b * H + h : h];
                     r.weights[at] = p;
                     for (Index d = 0; d < D; ++d)
-                        ctx[static_cast<std::size_t>((b * L + i) * E + h * D + d)] +=
+                        ctx[static_cast<std::size_t>((b * L + i) * HD + h * D + d)] +=
                             p * vx(b, j, (h / group) * D + d);
                 }
             }
@@ -191,9 +199,9 @@ inline ReferenceAttention reference_mha(const std::map<std::string, std::vector<
     for (Index n = 0; n < B * L; ++n)
         for (Index o = 0; o < E; ++o) {
             double acc = bias ? params.at("out_proj.bias")[static_cast<std::size_t>(o)] : 0.0;
-            for (Index c = 0; c < E; ++c)
-                acc += ctx[static_cast<std::size_t>(n * E + c)] *
-                       wo[static_cast<std::size_t>(o * E + c)];
+            for (Index c = 0; c < HD; ++c)
+                acc += ctx[static_cast<std::size_t>(n * HD + c)] *
+                       wo[static_cast<std::size_t>(o * HD + c)];
             r.output[static_cast<std::size_t>(n * E + o)] = acc;
         }
     return r;

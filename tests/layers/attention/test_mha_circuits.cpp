@@ -25,6 +25,7 @@ struct CircuitCase {
     bool bias, bias_kv, zero_attn;
     double scale;  // 0: the default 1 / sqrt(D)
     bool rotary;
+    Index head_dim;  // 0: E / H
 };
 
 MultiheadAttentionOptions options_of(const CircuitCase& c, Projection p) {
@@ -39,6 +40,7 @@ MultiheadAttentionOptions options_of(const CircuitCase& c, Projection p) {
     o.add_zero_attn = c.zero_attn;
     if (c.scale != 0.0) o.scale = c.scale;
     o.rotary.enabled = c.rotary;
+    o.head_dim = c.head_dim;
     o.projection = p;
     return o;
 }
@@ -79,12 +81,15 @@ Mat reference_scores(const MultiheadAttention<double>& m, Index h, const Mat& xq
 }
 
 const CircuitCase kCases[] = {
-    {"self, bias", 12, 3, 0, 0, 0, true, false, false, 0.0, false},
-    {"no bias", 12, 4, 0, 0, 0, false, false, false, 0.0, false},
-    {"kdim 5, vdim 7, scale 0.3", 12, 3, 0, 5, 7, true, false, false, 0.3, false},
-    {"grouped-query H 4 Hkv 2", 16, 4, 2, 0, 0, true, false, false, 0.0, false},
-    {"multi-query, bias_kv, zero_attn", 16, 4, 1, 0, 0, true, true, true, 0.0, false},
-    {"bias_kv, zero_attn, kdim 6", 12, 2, 0, 6, 0, true, true, true, 0.0, false},
+    {"self, bias", 12, 3, 0, 0, 0, true, false, false, 0.0, false, 0},
+    {"no bias", 12, 4, 0, 0, 0, false, false, false, 0.0, false, 0},
+    {"kdim 5, vdim 7, scale 0.3", 12, 3, 0, 5, 7, true, false, false, 0.3, false, 0},
+    {"grouped-query H 4 Hkv 2", 16, 4, 2, 0, 0, true, false, false, 0.0, false, 0},
+    {"multi-query, bias_kv, zero_attn", 16, 4, 1, 0, 0, true, true, true, 0.0, false, 0},
+    {"bias_kv, zero_attn, kdim 6", 12, 2, 0, 6, 0, true, true, true, 0.0, false, 0},
+    // The inner width H D differs from E: wider (3 heads of 5 over E = 12), narrower with groups.
+    {"head_dim 5 (H D = 15, E = 12)", 12, 3, 0, 0, 7, true, true, false, 0.0, false, 5},
+    {"head_dim 2, H 4 Hkv 2 (H D = 8, E = 12)", 12, 4, 2, 5, 0, true, false, true, 0.0, false, 2},
 };
 
 }  // namespace
@@ -187,7 +192,7 @@ TEST_CASE("Rotary modules: the QK circuit of positions m and n, the OV circuit a
         GENERATE(RopeConvention::rotate_half, RopeConvention::interleaved);
     const bool extra_keys = GENERATE(false, true);
     CAPTURE(to_string(convention), extra_keys);
-    CircuitCase c{"rotary", 16, 4, 2, 0, 0, true, extra_keys, extra_keys, 0.0, true};
+    CircuitCase c{"rotary", 16, 4, 2, 0, 0, true, extra_keys, extra_keys, 0.0, true, 0};
     MultiheadAttentionOptions o = options_of(c, Projection::separate);
     o.rotary.convention = convention;
     o.rotary.scaling_factor = 1.5;

@@ -320,7 +320,7 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
     // is added, so that the list below gets a line for it.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel, attention_tiles, rotary] =
+                                  attention_kernel, attention_tiles, rotary, head_dim] =
         MultiheadAttentionOptions{};
     const std::string fn = "headwise::MultiheadAttention::backward: ";
     MhaConfig c;
@@ -375,6 +375,10 @@ TEST_CASE("every option is compared by backward or leaves backward's result as i
          nullptr},
         {"rotary", [](MultiheadAttentionOptions& o) { o.rotary.enabled = true; },
          "rotary.enabled: expected 1, got 0"},
+        {"head_dim", [](MultiheadAttentionOptions& o) { o.head_dim = 3; },
+         "head_dim: expected 3, got 2"},
+        // An explicit head_dim equal to embed_dim / num_heads is the default.
+        {"head_dim", [](MultiheadAttentionOptions& o) { o.head_dim = 2; }, nullptr},
     };
     for (const Case& k : cases) {
         CAPTURE(k.field);

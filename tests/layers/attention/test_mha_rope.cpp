@@ -524,8 +524,9 @@ TEST_CASE("RoPE options are checked, and backward refuses a forward with other R
     o.num_heads = 4;  // D = 3
     o.rotary = rope();
     CHECK_THROWS_WITH(MultiheadAttention<double>(o),
-                      fn + "options.rotary.enabled: needs an even head dimension D = embed_dim / "
-                           "num_heads (RoPE rotates pairs of features), got D = 3");
+                      fn + "options.rotary.enabled: needs an even head dimension D (head_dim, "
+                           "or embed_dim / num_heads when it is 0; RoPE rotates pairs of "
+                           "features), got D = 3");
     o.num_heads = 3;  // D = 4
     o.rotary.theta = 1.0;
     CHECK_THROWS_WITH(MultiheadAttention<double>(o),

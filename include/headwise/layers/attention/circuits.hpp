@@ -385,7 +385,7 @@ OVCircuit<T> ov_circuit(const MultiheadAttention<T>& m, Index head) {
     const HeadParameters<const T> hp = m.head(head);
     const Matrix Wv = detail::as_row_matrix<T>(hp.v_weight(), D, vdim);  // [D, vdim]
     const Matrix Wo =
-        detail::as_row_matrix<T>(detail::circuit_parameter(m, "out_proj.weight"), E, E)
+        detail::as_row_matrix<T>(detail::circuit_parameter(m, "out_proj.weight"), E, m.inner_dim())
             .middleCols(head * D, D);  // [E, D]: W^O_i
     OVCircuit<T> c;
     c.head = head;

@@ -139,8 +139,8 @@ public:
     /// and eval() work with the results of keep, bit for bit; backward, head() and the parameter
     /// walks (parameters(), state_dict(), ... naming
     /// "headwise::MultiheadAttention::visit_parameters") throw std::logic_error. Memory, with
-    /// W = (E + 2 Hkv D) E + E E projection weights and b the other parameters: float 4 (W + b),
-    /// bf16 keep 6 W + 4 b, bf16 release 2 W + 4 b.
+    /// W = (H D + 2 Hkv D) E + E H D projection weights and b the other parameters: float 4 (W +
+    /// b), bf16 keep 6 W + 4 b, bf16 release 2 W + 4 b.
 
     /// The kernel a call of L queries over S keys (before the appended bias_k and zero-attention
     /// keys) runs: options().attention_kernel when it forces one, else the automatic choice.
@@ -150,7 +150,11 @@ public:
     Index num_heads() const noexcept { return layout_.H; }
     /// Key/value heads Hkv: num_heads for multi-head attention, fewer for grouped-query.
     Index num_kv_heads() const noexcept { return layout_.kv_heads; }
+    /// Features per head D: options.head_dim, or embed_dim / num_heads when it is 0.
     Index head_dim() const noexcept { return layout_.D; }
+    /// The inner width H D: features of the concatenated heads (out_proj.weight is [E, H D]);
+    /// embed_dim unless options.head_dim says otherwise.
+    Index inner_dim() const noexcept { return layout_.inner(); }
     Index kdim() const noexcept { return layout_.kdim; }
     Index vdim() const noexcept { return layout_.vdim; }
 
@@ -240,7 +244,7 @@ private:
     detail::InProjLayout layout_;  // where Wq, Wk, Wv and the heads sit in w_in_, b_in_
     Generator rng_;
     // The projection weights with their gradients and copies: w_in_ one block [weight_size]
-    // (in_proj_weight, or q/k/v_proj_weight one after the other), w_out_ [E, E].
+    // (in_proj_weight, or q/k/v_proj_weight one after the other), w_out_ [E, H D].
     WeightMatrix<T> w_in_, w_out_;
     Tensor<T> b_in_, b_out_, bias_k_, bias_v_;
     Tensor<T> gb_in_, gb_out_, gbias_k_, gbias_v_;
@@ -272,7 +276,8 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
     // Rows of E values, unless kdim or vdim differ (then the blocks' rows differ in length).
     w_in_.set_row_length(layout.kdim == layout.E && layout.vdim == layout.E ? layout.E : 0);
     if (layout.packed()) {
-        // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([E + 2 Hkv D, E]).
+        // torch: xavier_uniform_(in_proj_weight) on the whole [3E, E] matrix ([H D + 2 Hkv D,
+        // E]), as a Linear(E, H D + 2 Hkv D) would be.
         xavier_uniform_(w_in_.value().view().reshape(Shape{layout.packed_rows(), layout.E}), rng_);
     } else {
         // torch: xavier_uniform_ on q_proj_weight, k_proj_weight, v_proj_weight in turn.
@@ -280,7 +285,7 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
             xavier_uniform_(
                 view(w_in_.value().data() + layout.weight_offset(i), layout.weight_shape(i)), rng_);
     }
-    w_out_ = WeightMatrix<T>(Shape{layout.E, layout.E});
+    w_out_ = WeightMatrix<T>(Shape{layout.E, layout.inner()});  // [E, H D]
     kaiming_uniform_(w_out_.value().view(), std::sqrt(5.0), rng_);
     if (options.bias) {  // torch: constant_(in_proj_bias, 0), constant_(out_proj.bias, 0)
         b_in_ = Tensor<T>(Shape{layout.bias_size()});
@@ -532,7 +537,8 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
     detail::DecodeBuffers<T>& buffers = cache.decode_buffers();
     buffers.projection.plan_for(detail::ProjectionKey{
         options_.projection, layout_, detail::AttentionGeometry{B, Tn, Tn, Tn}, true, true});
-    buffers.size(B * Tn, E, detail::decode_slice_rows(Tn, layout_.group(), call.appended_keys > 0),
+    buffers.size(B * Tn, layout_.inner(),
+                 detail::decode_slice_rows(Tn, layout_.group(), call.appended_keys > 0),
                  cache.capacity() + call.appended_keys, layout_.D,
                  call.appended_keys > 0 || cache.precision() == Precision::bf16,
                  detail::max_threads());

@@ -94,7 +94,7 @@ struct RotaryEmbedding {
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).
 struct MultiheadAttentionOptions {
     Index embed_dim = 0;  // E
-    Index num_heads = 1;  // H; must divide E; D = E / H
+    Index num_heads = 1;  // H; must divide E unless head_dim is set; D = E / H by default
     Projection projection = Projection::fused;
     bool bias = true;            // in_proj_bias and out_proj.bias
     Index kdim = 0;              // key features; 0 means embed_dim
@@ -131,6 +131,13 @@ struct MultiheadAttentionOptions {
 
     // Rotary position embeddings on the queries and keys (see RotaryEmbedding); off by default.
     RotaryEmbedding rotary;
+
+    // Features per head D; 0 means embed_dim / num_heads (num_heads must then divide embed_dim).
+    // Set, the attention's inner width H D may differ from E (Qwen3 and Gemma configurations whose
+    // head_dim is not hidden_size / num_attention_heads; a module with pruned heads): Q has H D
+    // features, K and V Hkv D, in_proj_weight is [H D + 2 Hkv D, E], out_proj.weight [E, H D],
+    // and the default scale is 1 / sqrt(D).
+    Index head_dim = 0;
 };
 
 /// Everything optional that shapes one attention call. Boolean masks: `true` means *may not

@@ -84,7 +84,7 @@ private:
 ///   A [threads, L, Sx]     probabilities after dropout (only when dropout is active)
 ///   LSE [B, H, L]          each query row's log-sum-exp (blocked kernel)
 ///   tiles [threads, n]     the blocked kernel's per-thread scratch
-///   ctx [B L, E]           Concat(head_1, ..., head_H)
+///   ctx [B L, H D]         Concat(head_1, ..., head_H) (H D = E unless options.head_dim)
 /// The accessors hide the head layout each projection leaves behind. ForwardActivations holds
 /// the values, ActivationGradients their gradients (dY, dK', dV', dctx, and a per-thread
 /// [L, Sx] scratch in P's place), so that backward reads grads.q(b, h) for dQ_bh where forward
@@ -127,8 +127,8 @@ public:
     /// Thread `thread`'s scratch for the blocked kernels.
     T* tile_scratch(int thread) { return tiles_.data() + thread * tile_scratch_; }
 
-    /// ctx [B L, E] and head h's [L, D] block of batch b.
-    MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), g_.B * g_.L, E_); }
+    /// ctx [B L, H D] and head h's [L, D] block of batch b.
+    MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), g_.B * g_.L, inner_); }
     auto ctx(Index b, Index h) { return ctx().block(b * g_.L, h * D_, g_.L, D_); }
 
 protected:
@@ -141,7 +141,7 @@ protected:
         g_ = call.geometry;
         heads_ = layout.H;
         D_ = layout.D;
-        E_ = layout.E;
+        inner_ = layout.inner();
         keep_p_ = keep_p;
         dropout_ = !gradients && call.dropout.active();
         projection.size(gradients);
@@ -162,7 +162,7 @@ protected:
             p_.get(keep_p ? Shape{g_.B, heads_, g_.L, g_.Sx} : Shape{threads, g_.L, g_.Sx});
             if (dropout_) a_.get(Shape{threads, g_.L, g_.Sx});
         }
-        const Shape ctx{g_.B * g_.L, E_};
+        const Shape ctx{g_.B * g_.L, inner_};
         if (gradients)
             ctx_.zeros(ctx);
         else
@@ -180,7 +180,7 @@ private:
     HeadLayout extended_layout_ = {};
     T* extended_data_[2] = {};  // K', V'
     AttentionGeometry g_;
-    Index heads_ = 0, D_ = 0, E_ = 0;
+    Index heads_ = 0, D_ = 0, inner_ = 0;
     bool keep_p_ = false, dropout_ = false;
 };
 
@@ -255,7 +255,7 @@ public:
 
 /// Decode's scratch, owned by a KVCache: sized by the first call, grown only for a larger chunk.
 ///   Y                                   the new tokens' projections (the plan's buffers)
-///   ctx [B T, E]                        Concat(head_1, ..., head_H)
+///   ctx [B T, H D]                      Concat(head_1, ..., head_H)
 ///   P [threads, R, capacity + 2]        probabilities, R query rows per slice
 ///   K', V' [threads, capacity + 2, D]   the cached keys with bias_k / the zero key appended
 ///   Cos, Sin [B T, D/2], positions [B T] the rotary tables of the new tokens (RoPE only)
@@ -264,13 +264,13 @@ class DecodeBuffers {
 public:
     ProjectionBuffers<T> projection;
 
-    /// Sizes for a call of `rows` new token rows ([B T, E] ctx), `slice_rows` query rows per
-    /// slice, at most `max_keys` keys, appended copies when `appended`.
-    void size(Index rows, Index E, Index slice_rows, Index max_keys, Index D, bool appended,
+    /// Sizes for a call of `rows` new token rows ([B T, H D] ctx, `inner` = H D), `slice_rows`
+    /// query rows per slice, at most `max_keys` keys, appended copies when `appended`.
+    void size(Index rows, Index inner, Index slice_rows, Index max_keys, Index D, bool appended,
               int threads) {
         projection.size(false);
-        ctx_.get(Shape{rows, E});
-        E_ = E;
+        ctx_.get(Shape{rows, inner});
+        inner_ = inner;
         rows_ = rows;
         max_keys_ = max_keys;
         D_ = D;
@@ -291,7 +291,7 @@ public:
     Index* positions() noexcept { return positions_.data(); }
     MatrixMap<T> rope_cos() { return MatrixMap<T>(rope_.data(), rows_, D_ / 2); }
     MatrixMap<T> rope_sin() { return MatrixMap<T>(rope_.data() + rows_ * (D_ / 2), rows_, D_ / 2); }
-    MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), rows_, E_); }
+    MatrixMap<T> ctx() { return MatrixMap<T>(ctx_.data(), rows_, inner_); }
     /// Thread `thread`'s [rows, keys] probabilities.
     MatrixMap<T> p(int thread, Index rows, Index keys) {
         return MatrixMap<T>(p_.data() + thread * slice_rows_ * max_keys_, rows, keys);
@@ -307,7 +307,7 @@ public:
 private:
     ScratchBuffer<T> ctx_, p_, kx_, vx_, rope_;
     std::vector<Index> positions_;  // only grows
-    Index E_ = 0, rows_ = 0, max_keys_ = 0, D_ = 0, slice_rows_ = 0;
+    Index inner_ = 0, rows_ = 0, max_keys_ = 0, D_ = 0, slice_rows_ = 0;
 };
 
 /// Training buffers handed back when the call that used them is done, so that the next training

@@ -44,11 +44,16 @@ const char* scalar_type_name() noexcept {
     return std::is_same_v<T, float> ? "float" : "double";
 }
 
+/// The head dimension D of `o`: options.head_dim, or embed_dim / num_heads when it is 0.
+inline Index resolved_head_dim(const MultiheadAttentionOptions& o) noexcept {
+    return o.head_dim ? o.head_dim : o.embed_dim / o.num_heads;
+}
+
 /// The factor of the scores Q K^T, in T: options.scale, or 1 / sqrt(D) when it is unset.
 template <class T>
 T attention_scale(const MultiheadAttentionOptions& o) {
     return o.scale ? static_cast<T>(*o.scale)
-                   : T(1) / std::sqrt(static_cast<T>(o.embed_dim / o.num_heads));
+                   : T(1) / std::sqrt(static_cast<T>(resolved_head_dim(o)));
 }
 
 /// Throws std::invalid_argument unless options.scale (when set) is finite in T and is 0 or a
@@ -79,14 +84,14 @@ void check_scale(const char* function, const std::optional<double>& scale) {
 /// Each option that fixes what a forward computes, or the buffers it keeps for backward, and
 /// differs between `expected` (the module running backward) and `actual` (the one that ran the
 /// forward), as "name: expected X, got Y", joined by "; "; empty when none does. A default
-/// taken from another option (kdim and vdim 0: embed_dim; num_kv_heads 0: num_heads; scale
-/// unset: 1 / sqrt(D)) is compared when either module sets it; when neither does, it differs
-/// only if the option it comes from does, which is named instead. The scale is compared in T,
-/// the type the kernels use. The rotary settings (theta, convention, scaling_factor) are
-/// compared when both modules rotate; otherwise rotary.enabled names the difference. Not
-/// compared: projection, attention_kernel, attention_tiles and
-/// reference_inputs choose how a forward runs, not what it computes (tiles: only the order of
-/// sums), and the forward saves its choice for backward to follow.
+/// taken from another option (kdim and vdim 0: embed_dim; num_kv_heads 0: num_heads; head_dim
+/// 0: embed_dim / num_heads; scale unset: 1 / sqrt(D)) is compared when either module sets it; when
+/// neither does, it differs only if the option it comes from does, which is named instead. The
+/// scale is compared in T, the type the kernels use. The rotary settings (theta, convention,
+/// scaling_factor) are compared when both modules rotate; otherwise rotary.enabled names the
+/// difference. Not compared: projection, attention_kernel, attention_tiles and reference_inputs
+/// choose how a forward runs, not what it computes (tiles: only the order of sums), and the forward
+/// saves its choice for backward to follow.
 template <class T>
 std::string differing_options(const MultiheadAttentionOptions& expected,
                               const MultiheadAttentionOptions& actual) {
@@ -94,7 +99,7 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
     // it is sorted here into compared or not compared.
     [[maybe_unused]] const auto& [embed_dim, num_heads, projection, bias, kdim, vdim, add_bias_kv,
                                   add_zero_attn, dropout, reference_inputs, num_kv_heads, scale,
-                                  attention_kernel, attention_tiles, rotary] = expected;
+                                  attention_kernel, attention_tiles, rotary, head_dim] = expected;
     std::string out;
     const auto compare = [&out](const char* name, auto e, auto a) {
         if (e == a) return;
@@ -122,6 +127,8 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
     compare("add_bias_kv", expected.add_bias_kv, actual.add_bias_kv);
     compare("add_zero_attn", expected.add_zero_attn, actual.add_zero_attn);
     compare("dropout", expected.dropout, actual.dropout);
+    if (expected.head_dim || actual.head_dim)
+        compare("head_dim", resolved_head_dim(expected), resolved_head_dim(actual));
     if (expected.num_kv_heads || actual.num_kv_heads)
         compare("num_kv_heads", or_default(expected.num_kv_heads, expected.num_heads),
                 or_default(actual.num_kv_heads, actual.num_heads));
@@ -145,8 +152,8 @@ inline void check_rotary(const char* fn, const RotaryEmbedding& rotary, Index D)
     if (!rotary.enabled) return;
     if (D % 2 != 0)
         throw_invalid_argument(fn, "options.rotary.enabled",
-                               "needs an even head dimension D = embed_dim / num_heads (RoPE "
-                               "rotates pairs of features)",
+                               "needs an even head dimension D (head_dim, or embed_dim / "
+                               "num_heads when it is 0; RoPE rotates pairs of features)",
                                "D = " + std::to_string(D));
     if (!(std::isfinite(rotary.theta) && rotary.theta > 1.0))
         throw_invalid_argument(fn, "options.rotary.theta", "must be finite and greater than 1",
@@ -173,7 +180,11 @@ void check_options(const char* fn, const MultiheadAttentionOptions& options) {
     if (options.num_heads <= 0)
         throw_invalid_argument(fn, "options.num_heads", "must be positive",
                                std::to_string(options.num_heads));
-    if (options.embed_dim % options.num_heads != 0)
+    if (options.head_dim < 0)
+        throw_invalid_argument(fn, "options.head_dim",
+                               "must be positive, or 0 for embed_dim / num_heads",
+                               std::to_string(options.head_dim));
+    if (options.head_dim == 0 && options.embed_dim % options.num_heads != 0)
         throw_invalid_argument(fn, "options.num_heads",
                                "must divide embed_dim = " + std::to_string(options.embed_dim),
                                std::to_string(options.num_heads));
@@ -195,19 +206,19 @@ void check_options(const char* fn, const MultiheadAttentionOptions& options) {
     check_scale<T>(fn, options.scale);
     check_projection(fn, "options.projection", options.projection);
     check_tiles(fn, options.attention_tiles, "options.attention_tiles");
-    check_rotary(fn, options.rotary, options.embed_dim / options.num_heads);
+    check_rotary(fn, options.rotary, resolved_head_dim(options));
 }
 
 /// The in-projection layout of checked `options`, the defaults resolved (kdim, vdim 0: E;
-/// num_kv_heads 0: H). Throws std::invalid_argument when the largest parameter, the
-/// in-projection [E, E + kdim + vdim] (out_proj is [E, E], the biases 3E), would have more
+/// num_kv_heads 0: H; head_dim 0: E / H). Throws std::invalid_argument when the largest parameter,
+/// the in-projection [E, E + kdim + vdim] (out_proj is [E, E], the biases 3E), would have more
 /// elements or bytes than an Index counts.
 template <class T>
 InProjLayout make_in_proj_layout(const char* fn, const MultiheadAttentionOptions& options) {
     InProjLayout layout;
     layout.E = options.embed_dim;
     layout.H = options.num_heads;
-    layout.D = layout.E / layout.H;
+    layout.D = resolved_head_dim(options);
     layout.kdim = options.kdim ? options.kdim : layout.E;
     layout.vdim = options.vdim ? options.vdim : layout.E;
     layout.kv_heads = options.num_kv_heads ? options.num_kv_heads : layout.H;
@@ -221,6 +232,25 @@ InProjLayout make_in_proj_layout(const char* fn, const MultiheadAttentionOptions
             ", kdim = " + std::to_string(layout.kdim) + ", vdim = " + std::to_string(layout.vdim) +
             ": the in-projection weights [embed_dim, embed_dim + kdim + vdim] overflow the "
             "address space");
+    // With head_dim set the widths are H D and Hkv D: the in-projection Wq [H D, E],
+    // Wk [Hkv D, kdim], Wv [Hkv D, vdim] and out_proj [E, H D] must be countable too.
+    Index inner = 0, kv = 0, q_elements = 0, k_elements = 0, v_elements = 0, out_elements = 0;
+    if (__builtin_mul_overflow(layout.H, layout.D, &inner) ||
+        __builtin_mul_overflow(layout.kv_heads, layout.D, &kv) ||
+        __builtin_mul_overflow(inner, layout.E, &q_elements) ||
+        __builtin_mul_overflow(kv, layout.kdim, &k_elements) ||
+        __builtin_mul_overflow(kv, layout.vdim, &v_elements) ||
+        __builtin_add_overflow(q_elements, k_elements, &elements) ||
+        __builtin_add_overflow(elements, v_elements, &elements) ||
+        __builtin_mul_overflow(elements, static_cast<Index>(sizeof(T)), &bytes) ||
+        __builtin_mul_overflow(inner, layout.E, &out_elements) ||
+        __builtin_mul_overflow(out_elements, static_cast<Index>(sizeof(T)), &bytes))
+        throw std::invalid_argument(std::string(fn) +
+                                    ": options: num_heads = " + std::to_string(layout.H) +
+                                    ", head_dim = " + std::to_string(layout.D) +
+                                    ", embed_dim = " + std::to_string(layout.E) +
+                                    ": the weights [num_heads head_dim, embed_dim] overflow "
+                                    "the address space");
     return layout;
 }
 

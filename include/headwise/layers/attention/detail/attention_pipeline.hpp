@@ -45,9 +45,9 @@ template <class P>
 struct AttentionParameters {
     using T = std::remove_const_t<P>;
     InProjLayout layout;
-    P* w_in = nullptr;       // [E + 2 Hkv D, ...]: Wq | Wk | Wv
-    P* b_in = nullptr;       // [E + 2 Hkv D], null without bias
-    P* w_out = nullptr;      // [E, E]
+    P* w_in = nullptr;       // [H D + 2 Hkv D, ...]: Wq | Wk | Wv
+    P* b_in = nullptr;       // [H D + 2 Hkv D], null without bias
+    P* w_out = nullptr;      // [E, H D]
     P* b_out = nullptr;      // [E], null without bias
     P* bias_k = nullptr;     // [Hkv D], null without add_bias_kv
     P* bias_v = nullptr;     // [Hkv D]
@@ -61,14 +61,14 @@ struct AttentionParameters {
     const WeightMatrix<T>* out_holder = nullptr;
     // Precision::bf16 (float modules): w_in and w_out as bf16 copies, which the backwards of
     // steps 1 and 4 multiply by (mixed-precision training). Null in float.
-    const BFloat16* w_in_bf16 = nullptr;   // [E + 2 Hkv D, ...], as w_in
-    const BFloat16* w_out_bf16 = nullptr;  // [E, E]
+    const BFloat16* w_in_bf16 = nullptr;   // [H D + 2 Hkv D, ...], as w_in
+    const BFloat16* w_out_bf16 = nullptr;  // [E, H D]
 
     /// GEMM gm's weight W [w_rows, in], a row block of w_in.
     MatrixMap<P> in_weight(const ProjectionGemm& gm) const {
         return MatrixMap<P>(w_in + gm.w_offset, gm.w_rows, gm.in);
     }
-    MatrixMap<P> out_weight() const { return MatrixMap<P>(w_out, layout.E, layout.E); }
+    MatrixMap<P> out_weight() const { return MatrixMap<P>(w_out, layout.E, layout.inner()); }
     /// Key/value head h's [1, D] slice of bias_k (or bias_v).
     MatrixMap<P> bias_k_row(Index h) const {
         return MatrixMap<P>(bias_k + h * layout.D, 1, layout.D);
@@ -447,7 +447,7 @@ template <class T>
 void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const T>& params,
                    const KVCache<T>& cache, DecodeBuffers<T>& buffers) {
     const AttentionGeometry& g = call.geometry;  // L = T new tokens, S = N held tokens
-    const Index N = g.S, Sx = g.Sx, Tn = g.L, D = params.layout.D, E = params.layout.E;
+    const Index N = g.S, Sx = g.Sx, Tn = g.L, D = params.layout.D, HD = params.layout.inner();
     const Index Hkv = params.layout.kv_heads, G = params.layout.group();
     parallel_for(g.B * Hkv, [&](Index slice, int thread) {
         const Index b = slice / Hkv, kv = slice % Hkv;
@@ -476,7 +476,7 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
         if (Tn == 1) {
             const Index col = kv * G * D;  // the group's query heads, [G, D]
             attend<T>(call, buffers.projection.query_heads(b, kv * G, G), K, V, mask, 0, scratch,
-                      MatrixMap<T>(buffers.ctx().data() + b * E + col, G, D));
+                      MatrixMap<T>(buffers.ctx().data() + b * HD + col, G, D));
             return;
         }
         mask.causal = true;
@@ -506,13 +506,14 @@ void attend_cached(const AttentionCall<T>& call, const AttentionParameters<const
     });
 }
 
-// ---- 4. project out: output = ctx W_o^T + b_o ---------------------------------------------------
+// ---- 4. project out: output = ctx W_o^T + b_o, ctx [B L, H D], W_o [E, H D] ------------------
 
 template <class T>
 void project_out(const AttentionParameters<const T>& params, ConstMatrixRef<T> ctx,
                  MatrixRef<T> out) {
     const Index E = params.layout.E;
-    params.out_holder->forward_block(ctx, 0, E, E, params.b_out, out, /*current=*/false);
+    params.out_holder->forward_block(ctx, 0, E, params.layout.inner(), params.b_out, out,
+                                     /*current=*/false);
 }
 
 /// Backward of project_out: dctx = dout W_o, dW_o += dout^T ctx, db_o += sum dout (in bf16:
@@ -526,8 +527,9 @@ void project_out_backward(const AttentionParameters<const T>& params,
             const Index E = params.layout.E;
             ops::Bf16BackwardWorkspace workspace;  // the call's own
             const ops::ConstBf16Matrix dout16 = ops::rounded_to_bf16(dout, workspace.dy);
-            ops::linear_backward_input_bf16(dout16, ops::ConstBf16Matrix(params.w_out_bf16, E, E),
-                                            dctx, workspace.gemm);
+            ops::linear_backward_input_bf16(
+                dout16, ops::ConstBf16Matrix(params.w_out_bf16, E, params.layout.inner()), dctx,
+                workspace.gemm);
             ops::linear_backward_weight_bf16(dout16, ops::rounded_to_bf16(ctx, workspace.x),
                                              grads.out_weight(), workspace.gemm);
             if (grads.b_out) ops::linear_backward_bias<T>(dout, grads.b_out);

@@ -16,15 +16,19 @@ enum Input : int { kQuery = 0, kKey = 1, kValue = 2 };
 /// kdim == vdim == E and Hkv == H the weights are torch's in_proj_weight [3E, E]. Head h of input
 /// i owns the contiguous [D, in(i)] row block at weight_offset(i, h) and the [D] bias slice at
 /// bias_offset(i, h). Hkv (kv_heads) is the number of key/value heads; it equals H for
-/// multi-head attention.
+/// multi-head attention. The inner width H D (the concatenated heads, the columns of out_proj)
+/// equals E unless options.head_dim sets D.
 struct InProjLayout {
     Index E = 0;         // embed_dim: query features and output features
     Index H = 0;         // query heads
-    Index D = 0;         // head dim, E / H
+    Index D = 0;         // head dim: options.head_dim, or E / H
     Index kdim = 0;      // key features
     Index vdim = 0;      // value features
     Index kv_heads = 0;  // Hkv: key and value heads
 
+    /// The inner width H D: features of Q and of the concatenated heads ctx, columns of
+    /// out_proj.weight [E, H D].
+    Index inner() const noexcept { return H * D; }
     /// Heads of input i: H for the query, Hkv for key and value.
     Index heads(int input) const noexcept { return input == kQuery ? H : kv_heads; }
     /// Output features of input i's projection (rows of its weight): heads(i) D.
@@ -50,10 +54,10 @@ struct InProjLayout {
     /// Elements of the packed weight and bias buffers.
     Index weight_size() const noexcept { return weight_offset(kValue) + rows(kValue) * vdim; }
     Index bias_size() const noexcept { return bias_offset(kValue) + rows(kValue); }
-    /// True when the weights are one state-dict entry, in_proj_weight [E + 2 Hkv D, E]: torch's
-    /// [3E, E] when Hkv == H.
+    /// True when the weights are one state-dict entry, in_proj_weight [H D + 2 Hkv D, E]: torch's
+    /// [3E, E] when Hkv == H and H D == E.
     bool packed() const noexcept { return kdim == E && vdim == E; }
-    /// Rows of the whole packed weight: E + 2 Hkv D.
+    /// Rows of the whole packed weight: H D + 2 Hkv D.
     Index packed_rows() const noexcept { return rows(kQuery) + rows(kKey) + rows(kValue); }
     /// Query heads per key/value head.
     Index group() const noexcept { return H / kv_heads; }
