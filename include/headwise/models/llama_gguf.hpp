@@ -17,6 +17,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/number_string.hpp"
 #include "../io/gguf.hpp"
 #include "../io/gguf_value.hpp"
 #include "../layers/detail/module_walks.hpp"
@@ -98,8 +99,10 @@ inline std::string describe_gguf_value(const io::GgufValue& v) {
         case io::GgufValueType::string:
             return "the STRING '" + io::detail::gguf::printable(v.as_string()) + "'";
         case io::GgufValueType::float32:
+            return "the FLOAT32 " +
+                   headwise::detail::shortest_str(static_cast<float>(v.as_float()));
         case io::GgufValueType::float64:
-            return "the " + type + " " + std::to_string(v.as_float());
+            return "the FLOAT64 " + headwise::detail::shortest_str(v.as_float());
         case io::GgufValueType::boolean:
             return std::string("the BOOL ") + (v.as_bool() ? "true" : "false");
         case io::GgufValueType::uint64:
@@ -146,8 +149,8 @@ public:
         const double x = real ? v->as_float() : 0.0;
         if (!real || !std::isfinite(x) || x < low || (!inclusive && x == low))
             fail(key, std::string("expected a finite FLOAT32 or FLOAT64 ") +
-                          (inclusive ? "of at least " : "above ") + std::to_string(low) + ", got " +
-                          describe_gguf_value(*v));
+                          (inclusive ? "of at least " : "above ") +
+                          headwise::detail::shortest_str(low) + ", got " + describe_gguf_value(*v));
         return x;
     }
 
