@@ -18,12 +18,10 @@
 
 #include "../config.hpp"
 #include "../detail/number_string.hpp"
-#include "../io/gguf.hpp"
+#include "../io/gguf.hpp"  // also quant::dequantize_row, quant::row_bytes, quant::Type
 #include "../io/gguf_value.hpp"
 #include "../layers/detail/module_walks.hpp"
 #include "../layers/weight_matrix.hpp"
-#include "../quant/dequantize.hpp"
-#include "../quant/types.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "llama.hpp"
