@@ -170,6 +170,11 @@ ReferenceAttention run_reference(const MhaConfig& c, const MultiheadAttention<T>
     if (!d.masks.key_padding_mask.empty()) p.masks.key_padding = d.masks.key_padding_mask.data();
     p.masks.causal = d.masks.is_causal;
     p.masks.causal_offset = ops::causal_offset(c.alignment, c.L, p.S);
+    const std::vector<double> head_mask = dbl(d.masks.head_mask);
+    if (!d.masks.head_mask.empty()) {
+        p.head_mask = head_mask.data();
+        p.head_mask_batched = d.masks.head_mask.rank() == 2;
+    }
     return reference_mha(params_in_double(m), p, dbl(d.q), dbl(d.key()), dbl(d.value()));
 }
 

@@ -5,11 +5,12 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>    // std::copy_n
 #include <cmath>        // std::sqrt
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::shared_ptr
-#include <stdexcept>    // std::invalid_argument
+#include <stdexcept>    // std::invalid_argument, std::logic_error
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_const_v, std::is_same_v
 #include <utility>      // std::move, std::swap
@@ -158,6 +159,24 @@ public:
     Index kdim() const noexcept { return layout_.kdim; }
     Index vdim() const noexcept { return layout_.vdim; }
 
+    /// Removes the query heads `heads` (indices in [0, num_heads), in any order; a repeated one
+    /// counts once) from the parameters, as Hugging Face's prune_heads: their rows of the query
+    /// projection and of in_proj_bias, their D columns of out_proj.weight, and every key/value
+    /// head that no remaining query head reads (its rows of the key and value projections and
+    /// its slices of bias_k, bias_v). With grouped-query attention a key/value head goes only
+    /// with its whole group, and the groups that remain must keep equally many query heads.
+    /// The gradients are cut alike. Afterwards num_heads() and num_kv_heads() count what is
+    /// left, options().head_dim is D, and the state dict has the same names with smaller
+    /// shapes; forward, backward (every remaining gradient) and decode give what the module
+    /// gave before with head_mask 0 on the removed heads. Remaining heads keep their order and
+    /// are numbered from 0 again. Views from parameters() or head(), caches from
+    /// make_kv_cache() and training forwards taken before belong to the old shapes (backward
+    /// refuses such a forward, decode such a cache). Throws std::invalid_argument for an index
+    /// outside [0, num_heads), for removing every head, or for groups left unequal;
+    /// std::logic_error unless the weights are float32 (not bf16, not a stored type); all
+    /// before anything changes. An empty list changes nothing.
+    MultiheadAttention& prune_heads(const std::vector<Index>& heads);
+
     /// Head i's in-projection matrices and biases, as views: writable on a non-const module.
     /// Throws std::logic_error when the float weights are released (see with_precision).
     HeadParameters<T> head(Index i);
@@ -183,12 +202,13 @@ public:
     /// rotated: padding shifts no real token's position, so a left-padded sequence decodes as it
     /// would alone. Everything is checked first (training mode, shapes, the cache's dimensions,
     /// room for T tokens); on an error the cache is unchanged.
+    /// `head_mask` [H] or [B, H] gates each head's output as AttentionMasks::head_mask does.
     Tensor<T> decode(TensorView<const T> x_new, KVCache<T>& cache,
-                     TensorView<const bool> key_padding = {});
+                     TensorView<const bool> key_padding = {}, TensorView<const T> head_mask = {});
     /// decode() writing into `out` (x_new's shape): allocates nothing once the cache's scratch
     /// has been sized by a first call with as many new tokens.
     void decode_into(TensorView<const T> x_new, KVCache<T>& cache, TensorView<T> out,
-                     TensorView<const bool> key_padding = {});
+                     TensorView<const bool> key_padding = {}, TensorView<const T> head_mask = {});
 
     /// Its generator (the dropout key of each training forward), then every parameter under
     /// torch.nn.MultiheadAttention.state_dict() names and shapes, in its order (the module
@@ -354,6 +374,26 @@ void MultiheadAttention<T>::prepare(detail::ForwardActivations<T>& acts,
     acts.masks = this->training_ && call.blocked() ? masks : AttentionMasks<T>{};
     // P is kept whole [B, H, L, Sx] when backward needs it, else each thread reuses one slice.
     acts.size_forward(!call.blocked() && this->training_, detail::max_threads());
+    // Step 3b's gates [B, H]: head_mask broadcast over the batch, or ones when only their
+    // gradient is asked for.
+    acts.gates.clear();
+    acts.gate_grad = {};
+    const bool gate_grad = this->training_ && masks.head_mask_grad.data() != nullptr;
+    if (!detail::mask_absent(masks.head_mask) || gate_grad) {
+        const Index B = call.geometry.B, H = layout_.H;
+        const T* xi = detail::mask_absent(masks.head_mask) ? nullptr : masks.head_mask.data();
+        const bool per_batch = masks.head_mask.rank() == 2;
+        acts.gates.resize(static_cast<std::size_t>(B * H));
+        for (Index b = 0; b < B; ++b)
+            for (Index h = 0; h < H; ++h)
+                acts.gates[static_cast<std::size_t>(b * H + h)] =
+                    xi ? xi[per_batch ? b * H + h : h] : T(1);
+        if (gate_grad) {
+            acts.gate_grad = masks.head_mask_grad;
+            acts.gate_grad_batched = masks.head_mask_grad.rank() == 2;
+        }
+        if (this->training_) acts.size_gated();
+    }
     acts.set_inputs({query.reshape(detail::merge_rows(query.shape())),   // [B L, E]
                      key.reshape(detail::merge_rows(key.shape())),       // [B S, kdim]
                      value.reshape(detail::merge_rows(value.shape()))},  // [B S, vdim]
@@ -395,10 +435,11 @@ AttentionForward<T> MultiheadAttention<T>::forward(TensorView<const T> query,
     if (call.rotary.enabled) detail::rotate<T>(acts, layout_);    // 1b. RoPE(Q), RoPE(K)
     if (acts.appended()) detail::append_keys<T>(params, acts);    // 2. K', V'
     Tensor<T> weights = detail::attend<T>(acts, masks, layout_);  // 3. ctx (and the weights)
+    if (acts.gated()) detail::gate_heads<T>(acts, layout_);       // 3b. ctx_bh xi_bh
     AttentionForward<T> result;                                   // 4. ctx W_o^T + b_o
     result.output = Tensor<T>::uninitialized(query.shape());      // [B, L, E], written in full
     const Index BL = call.geometry.B * call.geometry.L;
-    detail::project_out<T>(params, acts.ctx(),
+    detail::project_out<T>(params, acts.out_ctx(),
                            result.output.view().reshape(Shape{BL, layout_.E}).matrix());
     if (masks.need_weights) {
         if (!acts.batched) weights = std::move(weights).reshape(weights.shape().drop_front());
@@ -430,12 +471,13 @@ AttentionGradients<T> MultiheadAttention<T>::backward(const AttentionForward<T>&
     const detail::AttentionParameters<const T> params = parameter_view();
     const detail::AttentionParameters<T> dparams = gradient_view();
 
-    // Forward's steps in reverse: 4. project out, 3. attend, 2. the extra keys, 1b. rotate,
-    // 1. project.
+    // Forward's steps in reverse: 4. project out, 3b. the gates, 3. attend, 2. the extra keys,
+    // 1b. rotate, 1. project.
     const Index BL = acts.call.geometry.B * acts.call.geometry.L;
-    detail::project_out_backward<T>(params, dparams, acts.ctx(),
+    detail::project_out_backward<T>(params, dparams, acts.out_ctx(),
                                     grad_output.reshape(Shape{BL, layout_.E}).matrix(),
                                     grads.ctx());
+    if (acts.gated()) detail::gate_heads_backward<T>(acts, grads, layout_);
     detail::attend_backward<T>(acts, grads, layout_);
     if (acts.appended()) detail::append_keys_backward<T>(dparams, grads);
     if (acts.call.rotary.enabled) detail::rotate_backward<T>(acts, grads, layout_);
@@ -481,6 +523,112 @@ void MultiheadAttention<T>::declare(D& d) {
 }
 
 template <class T>
+MultiheadAttention<T>& MultiheadAttention<T>::prune_heads(const std::vector<Index>& heads) {
+    using detail::kKey;
+    using detail::kQuery;
+    using detail::kValue;
+    constexpr const char* fn = "headwise::MultiheadAttention::prune_heads";
+    const detail::InProjLayout old = layout_;
+    std::vector<bool> removed(static_cast<std::size_t>(old.H), false);
+    for (Index h : heads) {
+        if (h < 0 || h >= old.H)
+            throw_invalid_argument(fn, "heads", "must be in [0, " + std::to_string(old.H) + ")",
+                                   std::to_string(h));
+        removed[static_cast<std::size_t>(h)] = true;
+    }
+    // The query heads that stay, and per key/value head how many of its group stay.
+    std::vector<Index> kept[3];  // kept[kQuery]: query heads; kept[kKey], kept[kValue]: kv heads
+    std::vector<Index> group_left(static_cast<std::size_t>(old.kv_heads), 0);
+    for (Index h = 0; h < old.H; ++h)
+        if (!removed[static_cast<std::size_t>(h)]) {
+            kept[kQuery].push_back(h);
+            ++group_left[static_cast<std::size_t>(old.kv_head(h))];
+        }
+    if (kept[kQuery].empty())
+        throw std::invalid_argument(std::string(fn) + ": heads: would remove all " +
+                                    std::to_string(old.H) + " heads; at least one must stay");
+    if (static_cast<Index>(kept[kQuery].size()) == old.H) return *this;
+    Index group = 0;
+    for (Index kv = 0; kv < old.kv_heads; ++kv) {
+        const Index left = group_left[static_cast<std::size_t>(kv)];
+        if (left == 0) continue;
+        if (group != 0 && left != group)
+            throw std::invalid_argument(
+                std::string(fn) +
+                ": heads: grouped-query attention needs the key/value heads that remain to keep "
+                "equally many query heads (or none), got " +
+                std::to_string(group) + " for key/value head " + std::to_string(kept[kKey][0]) +
+                " and " + std::to_string(left) + " for key/value head " + std::to_string(kv));
+        group = left;
+        kept[kKey].push_back(kv);
+    }
+    kept[kValue] = kept[kKey];
+    if (w_in_.released() || w_in_.stored() || this->precision() != Precision::float32)
+        throw std::logic_error(std::string(fn) +
+                               ": needs the float32 weights (the module computes in bf16 or "
+                               "from a stored type); with_precision(Precision::float32) first");
+
+    Options options = options_;
+    options.num_heads = static_cast<Index>(kept[kQuery].size());
+    if (options.num_kv_heads != 0) options.num_kv_heads = static_cast<Index>(kept[kKey].size());
+    options.head_dim = old.D;
+    const detail::InProjLayout layout = detail::make_in_proj_layout<T>(fn, options);
+    const Index D = old.D;
+    // Each kept head's [D, in] row block of the in-projection and its [D] bias slice, in order.
+    const auto cut_in = [&](const T* from, T* to) {
+        for (int i : {kQuery, kKey, kValue})
+            for (std::size_t n = 0; n < kept[i].size(); ++n)
+                std::copy_n(from + old.weight_offset(i, kept[i][n]), D * old.in(i),
+                            to + layout.weight_offset(i, static_cast<Index>(n)));
+    };
+    const auto cut_bias = [&](const Tensor<T>& from) {
+        Tensor<T> to(Shape{layout.bias_size()});
+        for (int i : {kQuery, kKey, kValue})
+            for (std::size_t n = 0; n < kept[i].size(); ++n)
+                std::copy_n(from.data() + old.bias_offset(i, kept[i][n]), D,
+                            to.data() + layout.bias_offset(i, static_cast<Index>(n)));
+        return to;
+    };
+    // out_proj.weight [E, H D] -> [E, H' D]: each kept query head's D columns.
+    const auto cut_out = [&](const T* from, T* to) {
+        for (Index r = 0; r < old.E; ++r)
+            for (std::size_t n = 0; n < kept[kQuery].size(); ++n)
+                std::copy_n(from + r * old.inner() + kept[kQuery][n] * D, D,
+                            to + r * layout.inner() + static_cast<Index>(n) * D);
+    };
+    // bias_k, bias_v [1, 1, Hkv D] -> [1, 1, Hkv' D].
+    const auto cut_kv = [&](const Tensor<T>& from) {
+        Tensor<T> to(Shape{1, 1, layout.rows(kKey)});
+        for (std::size_t n = 0; n < kept[kKey].size(); ++n)
+            std::copy_n(from.data() + kept[kKey][n] * D, D, to.data() + static_cast<Index>(n) * D);
+        return to;
+    };
+
+    WeightMatrix<T> w_in(Shape{layout.weight_size()});
+    w_in.set_row_length(layout.kdim == layout.E && layout.vdim == layout.E ? layout.E : 0);
+    cut_in(w_in_.value().data(), w_in.value().data());
+    if (w_in_.has_grad()) cut_in(w_in_.grad().data(), w_in.grad().data());
+    WeightMatrix<T> w_out(Shape{layout.E, layout.inner()});
+    cut_out(w_out_.value().data(), w_out.value().data());
+    if (w_out_.has_grad()) cut_out(w_out_.grad().data(), w_out.grad().data());
+    if (options_.bias) {
+        b_in_ = cut_bias(b_in_);
+        gb_in_ = cut_bias(gb_in_);
+    }
+    if (options_.add_bias_kv) {
+        bias_k_ = cut_kv(bias_k_);
+        bias_v_ = cut_kv(bias_v_);
+        gbias_k_ = cut_kv(gbias_k_);
+        gbias_v_ = cut_kv(gbias_v_);
+    }
+    w_in_ = std::move(w_in);
+    w_out_ = std::move(w_out);
+    options_ = options;
+    layout_ = layout;
+    return *this;
+}
+
+template <class T>
 HeadParameters<T> MultiheadAttention<T>::head(Index i) {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
@@ -518,17 +666,20 @@ KVCache<T> MultiheadAttention<T>::make_kv_cache(Index batch, Index capacity,
 
 template <class T>
 Tensor<T> MultiheadAttention<T>::decode(TensorView<const T> x_new, KVCache<T>& cache,
-                                        TensorView<const bool> key_padding) {
+                                        TensorView<const bool> key_padding,
+                                        TensorView<const T> head_mask) {
     Tensor<T> y = Tensor<T>::uninitialized(x_new.shape());  // written in full by decode_into
-    decode_into(x_new, cache, y, key_padding);
+    decode_into(x_new, cache, y, key_padding, head_mask);
     return y;
 }
 
 template <class T>
 void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& cache,
-                                        TensorView<T> out, TensorView<const bool> key_padding) {
+                                        TensorView<T> out, TensorView<const bool> key_padding,
+                                        TensorView<const T> head_mask) {
     // Everything, before anything changes.
-    detail::check_decode_arguments(layout_, this->training_, x_new, cache, out, key_padding);
+    detail::check_decode_arguments(layout_, this->training_, x_new, cache, out, key_padding,
+                                   head_mask);
     const Index B = cache.batch(), Tn = x_new.size(-2), E = layout_.E;
     const detail::AttentionCall<T> call = detail::describe_call<T>(
         options_, B, Tn, cache.size() + Tn, false, detail::CallKind::decode);
@@ -554,7 +705,9 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
         [&](Index b, Index h) { return buffers.projection.block(detail::kValue, b, h); },
         key_padding);
     detail::attend_cached<T>(call, params, cache, buffers);  // 2. and 3. over the cache
-    detail::project_out<T>(params, buffers.ctx(),            // 4.
+    if (head_mask.data() != nullptr)                         // 3b. the gates
+        detail::gate_decoded_heads<T>(buffers.ctx(), head_mask, B, Tn, layout_);
+    detail::project_out<T>(params, buffers.ctx(),  // 4.
                            out.reshape(Shape{B * Tn, E}).matrix());
 }
 

@@ -160,6 +160,19 @@ struct AttentionMasks {
     // How is_causal aligns L queries with S keys: top_left (j <= i, PyTorch's is_causal) or
     // bottom_right (j <= i + S - L: a chunk of new tokens after S - L earlier ones).
     CausalAlignment causal_alignment = CausalAlignment::top_left;
+
+    // Per-head gates xi (Michel et al. 2019; Hugging Face's head_mask): head h's attention
+    // probabilities, after dropout, are multiplied by head_mask[h] ([H], the same for every batch)
+    // or head_mask[b, h] ([B, H]), hence its output before the out-projection: 0 removes the
+    // head, 1 leaves it as it is. The weights need_weights returns are the gated ones (averaged:
+    // the mean of the gated heads). Default-constructed: no gate.
+    Tensor<T> head_mask;
+    // Set (not empty), the backward of this training forward adds d loss / d xi into it, of
+    // head_mask's shape ([H] or [B, H] when head_mask is absent, which then gates with ones):
+    // Michel et al.'s importance of head h is the mean of |d loss / d xi_h| over batches. Like a
+    // parameter gradient it accumulates until the caller zeroes it; its memory must stay alive
+    // until that backward has run. Ignored in eval mode.
+    TensorView<T> head_mask_grad;
 };
 
 /// What one backward call computes besides the parameter gradients, which it always adds.

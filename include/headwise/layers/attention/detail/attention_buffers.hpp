@@ -195,12 +195,31 @@ public:
     Shape shape_of[3];                     // of the query, key and value arguments
     int x_of[3] = {kQuery, kKey, kValue};  // which argument holds input i's data
     AttentionMasks<T> masks;               // kept when a blocked backward applies them again
+    // Step 3b's gates: the head mask broadcast to [B, H] (empty: no gates); where backward adds
+    // d loss / d gates (null: nowhere), [B, H] or summed over the batch into [H].
+    std::vector<T> gates;
+    TensorView<T> gate_grad;
+    bool gate_grad_batched = false;
+
+    bool gated() const noexcept { return !gates.empty(); }
+    /// Sizes the gated copy of ctx that a gated training forward keeps beside ctx (backward
+    /// needs both); without it, gate_heads gates ctx in place.
+    void size_gated() {
+        keep_ungated_ = true;
+        gated_.get(Shape{this->geometry().B * this->geometry().L, this->ctx().cols()});
+    }
+    /// What the out-projection reads, [B L, H D]: the gated copy when one is kept, else ctx.
+    MatrixMap<T> out_ctx() {
+        if (!keep_ungated_) return this->ctx();
+        return MatrixMap<T>(gated_.data(), this->ctx().rows(), this->ctx().cols());
+    }
 
     /// Sizes the buffers for `call` and the plan; `keep_p`: P whole (a materialised training
     /// forward keeps it for backward), else one slice per thread. With a rotary embedding, the
     /// tables of positions [0, max(L, S)) too.
     void size_forward(bool keep_p, int threads) {
         this->size(call, keep_p, threads, false);
+        keep_ungated_ = false;
         if (call.rotary.enabled) {
             const Index D = this->projection.plan().key.layout.D;
             rope_rows_ = std::max(call.geometry.L, call.geometry.S);
@@ -237,6 +256,8 @@ public:
 private:
     ScratchBuffer<T> x_buffer_[3];
     TensorView<const T> x_[3];
+    ScratchBuffer<T> gated_;  // [B L, H D]: ctx with the gates applied (gated training forwards)
+    bool keep_ungated_ = false;
     ScratchBuffer<T> rope_;  // [2, rows, D/2]: Cos, then Sin
     Index rope_rows_ = 0, rope_half_ = 0;
 };

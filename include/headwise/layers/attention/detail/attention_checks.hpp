@@ -21,6 +21,15 @@ struct CallSizes {
     Index B = 0, L = 0, S = 0;
 };
 
+/// Throws shape_error unless `gates` (absent: a default-constructed tensor, [0]) is [H] or
+/// [B, H].
+template <class Gates>
+void check_head_mask(const char* fn, const char* argument, const Gates& gates, Index H, Index B) {
+    if (gates.shape() == Shape{0}) return;
+    if (gates.shape() != Shape{H} && gates.shape() != Shape{B, H})
+        throw shape_error(fn, argument, Shape{H}.str() + " or " + Shape{B, H}.str(), gates.shape());
+}
+
 /// Checks forward's masks for H heads, B batches, L queries, S keys: attn_mask and attn_bias
 /// [L, S] or [B, H, L, S], key_padding_mask [B, S] ([S] unbatched).
 template <class T>
@@ -38,6 +47,13 @@ void check_masks(const AttentionMasks<T>& m, Index H, Index B, Index L, Index S,
     if (!mask_absent(m.key_padding_mask)) {
         const Shape expected = batched ? Shape{B, S} : Shape{S};
         check_shape(fn, "masks.key_padding_mask", m.key_padding_mask.shape(), expected);
+    }
+    check_head_mask(fn, "masks.head_mask", m.head_mask, H, B);
+    if (m.head_mask_grad.data() != nullptr) {
+        if (mask_absent(m.head_mask))
+            check_head_mask(fn, "masks.head_mask_grad", m.head_mask_grad, H, B);
+        else
+            check_shape(fn, "masks.head_mask_grad", m.head_mask_grad.shape(), m.head_mask.shape());
     }
 }
 
@@ -76,11 +92,12 @@ CallSizes check_forward_arguments(const InProjLayout& layout, TensorView<const T
 
 /// Checks decode's arguments: eval mode, a cache made for `layout`, x_new [B, T, E] (or [T, E]
 /// with a batch-1 cache) with T >= 1 tokens that fit the cache, out of x_new's shape, key_padding
-/// [B, T] ([T]) when given. Throws std::invalid_argument or shape_error naming the first.
+/// [B, T] ([T]) and head_mask [H] or [B, H] when given. Throws std::invalid_argument or
+/// shape_error naming the first.
 template <class T>
 void check_decode_arguments(const InProjLayout& layout, bool training, TensorView<const T> x_new,
                             const KVCache<T>& cache, TensorView<T> out,
-                            TensorView<const bool> key_padding) {
+                            TensorView<const bool> key_padding, TensorView<const T> head_mask) {
     constexpr const char* fn = "headwise::MultiheadAttention::decode";
     const Index E = layout.E, D = layout.D, Hkv = layout.kv_heads;
     if (training)
@@ -110,6 +127,7 @@ void check_decode_arguments(const InProjLayout& layout, bool training, TensorVie
     check_shape(fn, "out", out.shape(), x_new.shape());
     if (key_padding.data() != nullptr)
         check_shape(fn, "key_padding", key_padding.shape(), batched ? Shape{B, Tn} : Shape{Tn});
+    if (head_mask.data() != nullptr) check_head_mask(fn, "head_mask", head_mask, layout.H, B);
     if (Tn > cache.capacity() - cache.size())
         throw std::invalid_argument(std::string(fn) + ": x_new: " + std::to_string(Tn) +
                                     " new tokens do not fit the cache, which holds " +

@@ -361,6 +361,7 @@ Tensor<T> attend(ForwardActivations<T>& acts, const AttentionMasks<T>& masks,
                           : Tensor<T>::uninitialized(Shape{B, H, L, Sx});  // written per slice
     const auto slice = [&](Index b, Index h, int thread) {
         const Index kv = layout.kv_head(h);
+        const T gate = acts.gated() ? acts.gates[static_cast<std::size_t>(b * H + h)] : T(1);
         const auto stream = static_cast<std::uint64_t>(b * H + h);
         const ops::ScoreMask<T> mask = slice_mask(masks, H, b, h, g);
         SliceScratch<T> scratch;
@@ -379,11 +380,11 @@ Tensor<T> attend(ForwardActivations<T>& acts, const AttentionMasks<T>& masks,
             if (!average) W.setZero();
             ops::blocked_attention_weights<T>(acts.q(b, h), acts.k(b, kv), mask, call.scale,
                                               call.dropout, stream, acts.lse(b, h), call.tiles,
-                                              scratch.tiles, T(1), W);
+                                              scratch.tiles, gate, W);
         } else if (average) {
-            W += MatrixMap<T>(scratch.dropped, L, Sx);
+            W += gate * MatrixMap<T>(scratch.dropped, L, Sx);
         } else {
-            W = MatrixMap<T>(scratch.dropped, L, Sx);
+            W = gate * MatrixMap<T>(scratch.dropped, L, Sx);
         }
     };
     if (average) {
@@ -395,6 +396,52 @@ Tensor<T> attend(ForwardActivations<T>& acts, const AttentionMasks<T>& masks,
         parallel_for(B * H, [&](Index s, int thread) { slice(s / H, s % H, thread); });
     }
     return weights;
+}
+
+// ---- 3b. gate the heads: ctx_bh xi_bh, xi the head mask (Michel et al. 2019) ------------------
+
+/// Step 3b of a forward call: each head's [L, D] block of ctx times its gate, into out_ctx()
+/// (a copy, kept beside ctx, in training; ctx itself in eval mode).
+template <class T>
+void gate_heads(ForwardActivations<T>& acts, const InProjLayout& layout) {
+    const AttentionGeometry& g = acts.call.geometry;
+    const Index H = layout.H, D = layout.D;
+    MatrixMap<T> gated = acts.out_ctx();  // [B L, H D]
+    if (gated.data() != acts.ctx().data()) gated = acts.ctx();
+    for (Index b = 0; b < g.B; ++b)
+        for (Index h = 0; h < H; ++h)
+            gated.block(b * g.L, h * D, g.L, D) *= acts.gates[static_cast<std::size_t>(b * H + h)];
+}
+
+/// Backward of step 3b: with dG_bh the gradient of the gated block (from the out-projection's
+/// backward), d loss / d xi_bh = sum(dG_bh ⊙ ctx_bh) is added where asked, and
+/// dctx_bh = xi_bh dG_bh replaces dG_bh in place.
+template <class T>
+void gate_heads_backward(ForwardActivations<T>& acts, ActivationGradients<T>& grads,
+                         const InProjLayout& layout) {
+    const AttentionGeometry& g = acts.call.geometry;
+    const Index H = layout.H;
+    T* dxi = acts.gate_grad.data();  // [B, H] or [H], or null
+    for (Index b = 0; b < g.B; ++b)
+        for (Index h = 0; h < H; ++h) {
+            auto dG = grads.ctx(b, h);  // [L, D]
+            if (dxi)
+                dxi[acts.gate_grad_batched ? b * H + h : h] +=
+                    (dG.array() * acts.ctx(b, h).array()).sum();
+            dG *= acts.gates[static_cast<std::size_t>(b * H + h)];
+        }
+}
+
+/// Step 3b of decode: the new tokens' [T, D] blocks of ctx [B T, H D] times head_mask [H] or
+/// [B, H].
+template <class T>
+void gate_decoded_heads(MatrixMap<T> ctx, TensorView<const T> head_mask, Index B, Index Tn,
+                        const InProjLayout& layout) {
+    const Index H = layout.H, D = layout.D;
+    const bool batched = head_mask.rank() == 2;
+    for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
+            ctx.block(b * Tn, h * D, Tn, D) *= head_mask.data()[batched ? b * H + h : h];
 }
 
 /// Backward of step 3: dQ_bh, dK_bh, dV_bh from dO_bh. Blocked: the probabilities recomputed
