@@ -19,6 +19,7 @@
 #if __has_include(<nlohmann/json.hpp>)
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
+#include "io/safetensors_checkpoint.hpp"
 #endif
 #include "layers/attention/circuits.hpp"
 #include "layers/attention/multihead_attention.hpp"
@@ -43,9 +44,12 @@
 #include "models/bert.hpp"
 #include "models/generation.hpp"
 #include "models/llama.hpp"
+#include "models/perplexity.hpp"
 #if __has_include(<utf8proc.h>)
 #include "models/sentence_embedding.hpp"
 #include "text/bpe.hpp"
+#include "text/pretrained_tokenizer.hpp"
+#include "text/streaming_decoder.hpp"
 #include "text/wordpiece.hpp"
 #endif
 #endif

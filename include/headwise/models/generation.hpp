@@ -189,7 +189,16 @@ std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions
 template <class Model>
 std::vector<std::vector<std::int64_t>> generate(
     Model& model, const std::vector<std::vector<std::int64_t>>& prompts,
-    const GenerationOptions& options) {
+    const GenerationOptions& options);
+
+/// generate() that also calls on_token(b, id) for each new token as soon as it is chosen
+/// (sequence b, in the order the tokens are chosen: within a step by sequence), before the next
+/// decode step: what a program needs to print tokens while the model runs. The checks and
+/// results are generate()'s; an exception from on_token ends the generation and propagates.
+template <class Model, class OnToken>
+std::vector<std::vector<std::int64_t>> generate(
+    Model& model, const std::vector<std::vector<std::int64_t>>& prompts,
+    const GenerationOptions& options, OnToken&& on_token) {
     constexpr const char* fn = "headwise::models::generate";
     if (prompts.empty()) throw_invalid_argument(fn, "prompts", "must not be empty", "none");
     Index L = 0;
@@ -247,6 +256,7 @@ std::vector<std::vector<std::int64_t>> generate(
             const std::int64_t next = choose_next_token(
                 logits.data() + (b * row_stride + row_stride - 1) * V, V, options, rngs[bi]);
             out[bi].push_back(next);
+            on_token(b, next);
             const bool stop = std::find(options.stop_tokens.begin(), options.stop_tokens.end(),
                                         next) != options.stop_tokens.end();
             if (stop || n + 1 == options.max_new_tokens) {
@@ -262,6 +272,13 @@ std::vector<std::vector<std::int64_t>> generate(
         row_stride = 1;
     }
     return out;
+}
+
+template <class Model>
+std::vector<std::vector<std::int64_t>> generate(
+    Model& model, const std::vector<std::vector<std::int64_t>>& prompts,
+    const GenerationOptions& options) {
+    return generate(model, prompts, options, [](Index, std::int64_t) {});
 }
 
 }  // namespace headwise::models

@@ -25,6 +25,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../error.hpp"
 #include "../io/detail/config_file.hpp"
 #include "../io/safetensors.hpp"
+#include "../io/safetensors_checkpoint.hpp"
 #include "../layers/attention/detail/attention_options.hpp"
 #include "../layers/attention/detail/in_proj_layout.hpp"
 #include "../layers/attention/kv_cache.hpp"
@@ -263,8 +264,9 @@ public:
     /// Allocated but not written (headwise::uninitialized); load_pretrained() fills it.
     LlamaForCausalLM(const LlamaConfig& config, Projection projection, uninitialized_t);
 
-    /// From a Hugging Face model directory: config.json and model.safetensors (float32,
-    /// float64, bfloat16 or float16 weights, read into T). Throws std::runtime_error naming the
+    /// From a Hugging Face model directory: config.json and model.safetensors, or the shards
+    /// of model.safetensors.index.json (io::load_safetensors_checkpoint; float32, float64,
+    /// bfloat16 or float16 weights, read into T). Throws std::runtime_error naming the
     /// file when one is missing or malformed or the configuration unsupported,
     /// std::invalid_argument naming the file and the entry when a weight is missing, unexpected
     /// or of the wrong shape. The sizes config.json gives (vocab_size, hidden_size,
@@ -620,8 +622,10 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_pretrained(const std::string& dir,
     const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
     const std::string config_path = base + "config.json";
     const LlamaConfig config = LlamaConfig::from_json_file(config_path);
-    const std::string weights = base + "model.safetensors";
-    const StateDict<T> state = io::load_safetensors<T>(weights);
+    // model.safetensors, or the shards of model.safetensors.index.json.
+    const io::SafetensorsCheckpoint<T> checkpoint = io::load_safetensors_checkpoint<T>(dir);
+    const std::string& weights = checkpoint.source;
+    const StateDict<T>& state = checkpoint.tensors;
     // The sizes that the model's allocation (and its attention's initialisation) grows with,
     // against the file's tensors first: a config.json asking for more than the file holds fails
     // here at once.

@@ -97,9 +97,12 @@ public:
     /// regex). Throws std::runtime_error naming the file and the key.
     static BpeTokenizer from_gguf(const io::GgufFile& file);
 
-    /// The ids of UTF-8 `text`, BOS first when the tokenizer adds it and `add_special`. Throws
-    /// std::invalid_argument naming the byte offset of invalid UTF-8.
-    std::vector<std::int64_t> encode(std::string_view text, bool add_special = true) const;
+    /// The ids of UTF-8 `text`, BOS first when the tokenizer adds it and `add_special`. With
+    /// parse_special false, special added tokens written in the text are encoded as plain text
+    /// (llama.cpp's tokenize with parse_special = false); the other added tokens still match.
+    /// Throws std::invalid_argument naming the byte offset of invalid UTF-8.
+    std::vector<std::int64_t> encode(std::string_view text, bool add_special = true,
+                                     bool parse_special = true) const;
     /// The text of `ids`; throws std::out_of_range for an id outside [0, vocab_size()).
     std::string decode(const std::vector<std::int64_t>& ids, bool skip_special = false) const;
     /// The bytes of one token (an added token's content as written).
@@ -135,7 +138,8 @@ private:
     std::unordered_map<std::int32_t, unsigned char> char_bytes_;  // the inverse
     std::vector<bool> special_;                                   // by id
     std::vector<bool> added_;                                     // by id
-    detail::SpecialTokenTrie specials_;  // the added tokens, matched in the raw text
+    detail::SpecialTokenTrie specials_;     // the added tokens, matched in the raw text
+    detail::SpecialTokenTrie plain_added_;  // the added tokens that are not special
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -277,17 +281,21 @@ inline BpeTokenizer::BpeTokenizer(BpeConfig config) : config_(std::move(config))
         tokens_[static_cast<std::size_t>(t.id)] = t.content;
         specials_.add(t.content, t.id);
     }
+    for (const BpeAddedToken& t : config_.added) {
+        if (!special_[static_cast<std::size_t>(t.id)]) plain_added_.add(t.content, t.id);
+    }
 }
 
-inline std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text,
-                                                      bool add_special) const {
+inline std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, bool add_special,
+                                                      bool parse_special) const {
     std::vector<std::int64_t> out;
     if (add_special && config_.add_bos) out.push_back(*config_.bos_id);
     // Step 0: the text between added tokens is encoded segment by segment.
+    const detail::SpecialTokenTrie& added = parse_special ? specials_ : plain_added_;
     std::size_t begin = 0, i = 0;
     while (i < text.size()) {
-        const auto [len, id] = specials_.empty() ? std::pair<std::size_t, std::int64_t>{0, -1}
-                                                 : specials_.match(text, i);
+        const auto [len, id] =
+            added.empty() ? std::pair<std::size_t, std::int64_t>{0, -1} : added.match(text, i);
         if (len == 0) {
             ++i;
             continue;
