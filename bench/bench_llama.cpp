@@ -3,22 +3,25 @@
 // side by side with transformers (greedy generation, prefill), a read-bandwidth probe, and a
 // breakdown of one decode step.
 //
-//   bench_llama worker <model_dir> <threads> <prompt.txt> <prefill.txt> <new_tokens>
-//       loads the model (LlamaForCausalLM::from_pretrained), then answers lines on stdin:
+//   bench_llama worker <model> <threads> <prompt.txt> <prefill.txt> <new_tokens> [weights]
+//       loads the model: a Hugging Face directory (LlamaForCausalLM::from_pretrained) or a
+//       .gguf file (LlamaForCausalLM::from_gguf; weights `stored`, the default, or `float32`),
+//       then answers lines on stdin:
 //         run gen <calls>     the prompt, then <new_tokens> greedy tokens (models::generate)
 //         run p128 <calls>    one decode of the prompt into an empty cache (all logits)
-//         run p2048 <calls>   the same for the prefill ids
+//         run p<N> <calls>    the same for the first N of the prefill ids (p2048, p512, ...)
 //                             -> "time <median wall s> <median CPU s>" per call
 //                                (CPU: the calling thread's, where the one BLAS thread runs)
 //         ids                 -> "ids <the last generation's new ids>"
 //         mem                 -> "mem <peak RSS kB (VmHWM)> <RSS kB before the model>"
+//         load                -> "load <wall s of loading the model>"
 //         quit
 //       The ids files hold "1 L" then L token ids.
 //   bench_llama bandwidth [MB]
 //       single-thread read bandwidth: 9 passes summing a float array of MB megabytes (default
 //       512), each timed by its thread CPU time -> "bandwidth <best bytes/s> <median bytes/s>
 //       <passes> <MB>"
-//   bench_llama profile <model_dir> <cache_length> [new_tokens] [steps]
+//   bench_llama profile <model> <cache_length> [new_tokens] [steps]
 //       the median time of a decode of new_tokens (default 1) after cache_length tokens, and of
 //       its parts (the layers' attention and feed-forward, the LM head) timed alone on the same
 //       inputs; thread CPU times.
@@ -50,6 +53,7 @@
 #include <cstdlib>    // std::atoi, std::atol
 #include <fstream>    // std::ifstream
 #include <iostream>   // std::cin, std::cout
+#include <map>        // std::map
 #include <sstream>    // std::istringstream
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string, std::getline
@@ -119,14 +123,41 @@ Tensor<std::int64_t> as_batch(const std::vector<std::int64_t>& ids) {
     return t;
 }
 
-int worker(const std::string& dir, int threads, const std::string& prompt_path,
-           const std::string& prefill_path, Index new_tokens) {
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+/// A Hugging Face directory or a GGUF file, with the GGUF's weights stored or float32.
+Model load_model(const std::string& path, const std::string& weights) {
+    if (!ends_with(path, ".gguf")) return Model::from_pretrained(path);
+    if (weights != "stored" && weights != "float32")
+        throw std::runtime_error("weights: expected stored or float32, got " + weights);
+    return Model::from_gguf(path, weights == "stored" ? headwise::models::GgufWeights::stored
+                                                      : headwise::models::GgufWeights::float32);
+}
+
+int worker(const std::string& path, int threads, const std::string& prompt_path,
+           const std::string& prefill_path, Index new_tokens, const std::string& weights) {
     set_threads(threads);
     const long baseline = status_kb("VmRSS");
-    Model model = Model::from_pretrained(dir);
+    const auto load_start = Clock::now();
+    Model model = load_model(path, weights);
+    const double load_seconds = seconds_since(load_start);
     const std::vector<std::int64_t> prompt = read_ids(prompt_path);
     const Tensor<std::int64_t> prompt_batch = as_batch(prompt);
-    const Tensor<std::int64_t> prefill_batch = as_batch(read_ids(prefill_path));
+    const std::vector<std::int64_t> prefill_ids = read_ids(prefill_path);
+    std::map<std::string, Tensor<std::int64_t>> prefills;  // "p<N>": the first N prefill ids
+    const auto prefill_of = [&](const std::string& which) -> const Tensor<std::int64_t>& {
+        if (which == "p128") return prompt_batch;
+        auto it = prefills.find(which);
+        if (it != prefills.end()) return it->second;
+        const long n = which.size() > 1 ? std::atol(which.c_str() + 1) : 0;
+        if (which[0] != 'p' || n <= 0 || n > static_cast<long>(prefill_ids.size()))
+            throw std::runtime_error("unknown case " + which + " (gen, p128 or p<N>, N <= " +
+                                     std::to_string(prefill_ids.size()) + ")");
+        return prefills.emplace(which, as_batch({prefill_ids.begin(), prefill_ids.begin() + n}))
+            .first->second;
+    };
     headwise::models::GenerationOptions options;
     options.max_new_tokens = new_tokens;  // greedy, no stop token
     std::vector<std::int64_t> last;
@@ -150,6 +181,10 @@ int worker(const std::string& dir, int threads, const std::string& prompt_path,
             std::cout << "mem " << status_kb("VmHWM") << " " << baseline << std::endl;
             continue;
         }
+        if (cmd == "load") {
+            std::cout << "load " << load_seconds << std::endl;
+            continue;
+        }
         if (cmd == "ids") {
             std::cout << "ids";
             for (std::int64_t id : last) std::cout << ' ' << id;
@@ -163,7 +198,7 @@ int worker(const std::string& dir, int threads, const std::string& prompt_path,
             if (which == "gen")
                 gen();
             else
-                prefill(which == "p2048" ? prefill_batch : prompt_batch);
+                prefill(prefill_of(which));
             times.push_back(seconds_since(t0));
             cpu.push_back(cpu_since(c0));
         }
@@ -174,9 +209,9 @@ int worker(const std::string& dir, int threads, const std::string& prompt_path,
 
 /// One decode step at a cache of `n` tokens, whole and in parts (each part on the input the
 /// step gives it), median over `steps` repetitions; the cache is truncated back after each.
-int profile(const std::string& dir, Index n, Index t, int steps) {
+int profile(const std::string& path, Index n, Index t, int steps) {
     set_threads(1);
-    Model model = Model::from_pretrained(dir);
+    Model model = load_model(path, "stored");
     const Index V = model.config().vocab_size;
     std::vector<std::int64_t> ids(static_cast<std::size_t>(n + t));
     for (std::size_t i = 0; i < ids.size(); ++i)
@@ -244,8 +279,9 @@ int main(int argc, char** argv) {
     return 2;
 #else
     try {
-        if (mode == "worker" && argc == 7)
-            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5], std::atol(argv[6]));
+        if (mode == "worker" && (argc == 7 || argc == 8))
+            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5], std::atol(argv[6]),
+                          argc == 8 ? argv[7] : "stored");
         if (mode == "profile" && argc >= 4)
             return profile(argv[2], std::atol(argv[3]), argc > 4 ? std::atol(argv[4]) : 1,
                            argc > 5 ? std::atoi(argv[5]) : 21);
@@ -254,10 +290,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::fprintf(stderr,
-                 "usage: bench_llama worker <model_dir> <threads> <prompt.txt> <prefill.txt> "
-                 "<new_tokens>\n"
+                 "usage: bench_llama worker <model> <threads> <prompt.txt> <prefill.txt> "
+                 "<new_tokens> [stored|float32]\n"
                  "       bench_llama bandwidth [MB]\n"
-                 "       bench_llama profile <model_dir> <cache_length> [new_tokens] [steps]\n");
+                 "       bench_llama profile <model> <cache_length> [new_tokens] [steps]\n");
     return 2;
 #endif
 }

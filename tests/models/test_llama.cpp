@@ -144,6 +144,28 @@ TEMPLATE_TEST_CASE("KV-cache decode token by token gives the forward's logits", 
     CHECK(cache.size() == L);
 }
 
+TEMPLATE_TEST_CASE("decode_last gives decode's last position, tied and untied", "[llama]", float,
+                   double) {
+    using T = TestType;
+    for (const char* name : {"untied", "tied"}) {
+        CAPTURE(name);
+        auto model = LlamaForCausalLM<T>::from_pretrained(model_dir(name));
+        const auto [ids, padding] = headwise::models::left_pad(kPrompts);  // [3, 7] each
+        const Index B = ids.size(0), L = ids.size(1);
+        auto cache = model.make_cache(B, L), cache_last = model.make_cache(B, L);
+        const Tensor<T> all = model.decode(ids, cache, padding);  // [B, L, V]
+        const Tensor<T> last = model.decode_last(ids, cache_last, padding);
+        const Index V = all.size(2);
+        REQUIRE(last.shape() == Shape({B, 1, V}));
+        CHECK(cache_last.size() == L);
+        for (Index b = 0; b < B; ++b)
+            for (Index v = 0; v < V; ++v)
+                REQUIRE(std::abs(static_cast<double>(last.data()[b * V + v]) -
+                                 static_cast<double>(all.data()[(b * L + L - 1) * V + v])) <=
+                        (sizeof(T) == 4 ? 1e-5 : 1e-12));
+    }
+}
+
 TEMPLATE_TEST_CASE("Greedy generation is transformers' token for token", "[llama]", float, double) {
     using T = TestType;
     const std::string name = GENERATE(as<std::string>{}, "tied", "untied");

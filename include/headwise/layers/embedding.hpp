@@ -12,6 +12,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
 #include "../random.hpp"
@@ -19,6 +20,7 @@
 #include "../tensor.hpp"
 #include "module.hpp"
 #include "uninitialized.hpp"
+#include "weight_matrix.hpp"
 
 namespace headwise {
 
@@ -26,7 +28,11 @@ namespace headwise {
 /// [...] (std::int64_t) -> rows of weight [num_embeddings, embedding_dim], output
 /// [..., embedding_dim]. Initialised N(0, 1) with the padding row zero; the padding row gets no
 /// gradient (it stays what it is). A negative padding_idx counts from the end, as in torch.
-/// Parameter name: "weight".
+/// Parameter name: "weight". The table is a WeightMatrix marked as a table (is_table()): the
+/// precision and weight-type switches leave it float; a model loaded from a GGUF file may keep
+/// it in the file's type (take_stored: lookups then dequantize their rows, exactly, and the
+/// table is inference-only), and a model whose output layer is tied to it multiplies by
+/// table() in its format.
 template <class T>
 class Embedding : public Module<Embedding<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -52,33 +58,51 @@ public:
     /// ADDS dy[..., :] into row indices[...] of the weight gradient (padding rows skipped).
     void backward(TensorView<const std::int64_t> indices, TensorView<const T> dy);
 
-    Index num_embeddings() const noexcept { return weight_.shape()[0]; }
-    Index embedding_dim() const noexcept { return weight_.shape()[1]; }
+    Index num_embeddings() const noexcept { return table_.shape()[0]; }
+    Index embedding_dim() const noexcept { return table_.shape()[1]; }
     std::optional<Index> padding_idx() const noexcept { return padding_idx_; }
-    TensorView<T> weight() noexcept { return weight_.view(); }
-    TensorView<const T> weight() const noexcept { return weight_.view(); }
+    /// The float table. weight(), grad_weight() and take_weight() throw std::logic_error naming
+    /// themselves when the table is stored in a file's type with its float values freed.
+    TensorView<T> weight() {
+        check_float("headwise::Embedding::weight");
+        return table_.value().view();
+    }
+    TensorView<const T> weight() const {
+        check_float("headwise::Embedding::weight");
+        return table_.value().view();
+    }
+    /// The table's holder, in whatever format it is (float, or a file's type): what a tied
+    /// output layer multiplies by (WeightMatrix::forward).
+    const WeightMatrix<T>& table() const noexcept { return table_; }
     /// Replaces the weight by `w`, moved in without a copy (for a loader that owns the
     /// checkpoint's tensors). Throws shape_error naming the function and the argument, before
     /// any change, unless `w` has the weight's shape. Views of the old weight no longer refer
     /// to the layer's.
     void take_weight(Tensor<T>&& w) {
+        check_float("headwise::Embedding::take_weight");
         detail::check_shape("headwise::Embedding::take_weight", "weight", w.shape(),
-                            weight_.shape());
-        weight_ = std::move(w);
+                            table_.shape());
+        table_.replace(std::move(w));
     }
     /// The weight's gradient; on an embedding constructed uninitialized, the first call that
     /// needs it (this, parameters(), backward) allocates it, which is not safe concurrently
     /// with another such first call.
-    TensorView<T> grad_weight() { return grad().view(); }
-    TensorView<const T> grad_weight() const { return grad().view(); }
+    TensorView<T> grad_weight() {
+        check_float("headwise::Embedding::grad_weight");
+        return table_.grad().view();
+    }
+    TensorView<const T> grad_weight() const {
+        check_float("headwise::Embedding::grad_weight");
+        return const_cast<WeightMatrix<T>&>(table_).grad().view();
+    }
     /// Whether the gradient buffer exists (always, unless constructed uninitialized and not yet
     /// asked for it).
-    bool has_grad_buffers() const noexcept { return grad_weight_.numel() > 0; }
+    bool has_grad_buffers() const noexcept { return table_.has_grad(); }
 
     /// "weight" [num_embeddings, embedding_dim] (the module contract).
     template <class D>
     void declare(D& d) {
-        d.parameter("weight", weight_, grad_weight_);
+        d.parameter("weight", table_);
     }
 
 private:
@@ -122,17 +146,21 @@ private:
         return Shape(dims);
     }
     void check_indices(const char* fn, TensorView<const std::int64_t> indices) const;
-    /// The gradient buffer, allocated (zero) if it is not yet.
-    Tensor<T>& grad() const {
-        if (grad_weight_.numel() == 0) grad_weight_ = Tensor<T>(weight_.shape());
-        return grad_weight_;
+    /// Throws std::logic_error naming `function` when the float table is freed (stored).
+    void check_float(const char* function) const {
+        detail::check_float_weights(function, table_.released(),
+                                    "this call needs the float table (it is stored in a GGUF "
+                                    "type: inference only)");
+    }
+    static WeightMatrix<T> as_table(WeightMatrix<T>&& w) {
+        w.set_table(true);
+        return std::move(w);
     }
 
     std::optional<Index> padding_idx_;  // normalised to [0, num_embeddings)
-    Tensor<T> weight_;                  // [num_embeddings, embedding_dim]
-    // Mutable: an embedding constructed uninitialized allocates it on first use, which may be a
-    // const call (parameters() const, grad_dict()).
-    mutable Tensor<T> grad_weight_;  // [num_embeddings, embedding_dim], or [0, 0] until then
+    // [num_embeddings, embedding_dim], its gradient (allocated on first use for an embedding
+    // constructed uninitialized) and its format.
+    WeightMatrix<T> table_;
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -141,19 +169,18 @@ template <class T>
 template <class Rng>
 Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
                         Rng& rng)
-    : weight_(checked_shape(num_embeddings, embedding_dim)),
-      grad_weight_(Shape{num_embeddings, embedding_dim}) {
+    : table_(as_table(WeightMatrix<T>(checked_shape(num_embeddings, embedding_dim)))) {
     padding_idx_ = checked_padding_idx(num_embeddings, padding_idx);
-    for (Index i = 0; i < weight_.numel(); ++i) weight_.data()[i] = static_cast<T>(normal(rng));
-    if (padding_idx_)
-        std::fill_n(weight_.data() + *padding_idx_ * embedding_dim, embedding_dim, T(0));
+    Tensor<T>& w = table_.value();
+    for (Index i = 0; i < w.numel(); ++i) w.data()[i] = static_cast<T>(normal(rng));
+    if (padding_idx_) std::fill_n(w.data() + *padding_idx_ * embedding_dim, embedding_dim, T(0));
 }
 
 template <class T>
 Embedding<T>::Embedding(Index num_embeddings, Index embedding_dim, std::optional<Index> padding_idx,
                         uninitialized_t)
-    : weight_(Tensor<T>::uninitialized(checked_shape(num_embeddings, embedding_dim))),
-      grad_weight_(Shape{0, 0}) {
+    : table_(
+          as_table(WeightMatrix<T>::uninitialized(checked_shape(num_embeddings, embedding_dim)))) {
     padding_idx_ = checked_padding_idx(num_embeddings, padding_idx);
 }
 
@@ -177,7 +204,7 @@ Tensor<T> Embedding<T>::forward(TensorView<const std::int64_t> indices) const {
     check_indices(fn, indices);
     Tensor<T> out = Tensor<T>::uninitialized(s);  // [..., E]
     for (Index i = 0; i < indices.numel(); ++i)
-        std::copy_n(weight_.data() + indices[i] * E, E, out.data() + i * E);
+        table_.row(static_cast<Index>(indices[i]), out.data() + i * E);
     return out;
 }
 
@@ -187,13 +214,15 @@ void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<c
     const Index E = embedding_dim();
     const Shape s = output_shape(fn, indices.shape(), E);
     detail::check_shape(fn, "grad_output", dy.shape(), s);
+    table_.check_trainable(fn);
+    check_float(fn);
     check_indices(fn, indices);
-    grad();
+    Tensor<T>& grad = table_.grad();
     for (Index i = 0; i < indices.numel(); ++i) {
         const Index row = static_cast<Index>(indices[i]);
         if (padding_idx_ && row == *padding_idx_) continue;
-        T* g = grad_weight_.data() + row * E;  // [E]
-        const T* d = dy.data() + i * E;        // [E]
+        T* g = grad.data() + row * E;    // [E]
+        const T* d = dy.data() + i * E;  // [E]
         for (Index e = 0; e < E; ++e) g[e] += d[e];
     }
 }

@@ -263,25 +263,26 @@ public:
 
     /// Precision::bf16 (float modules only): every weight matrix of the module and its children
     /// (the WeightMatrix holders: Linear's weight, MultiheadAttention's projections) multiplied in
-    /// bf16 with float accumulation; everything else stays float. With FloatWeights::keep the
-    /// float weights stay the master weights: training is mixed precision (each training-mode
-    /// product rounds the current float weight), evaluation reads bf16 copies taken here, on
-    /// every eval() and after every load_state_dict (after changing weights in evaluation mode
-    /// otherwise, call with_precision(Precision::bf16) again). With FloatWeights::release
-    /// (inference only) the float weight matrices and their gradients are freed after the copies
-    /// are taken: forward and decode give the results of keep bit for bit, every call that needs
-    /// a float weight throws std::logic_error naming itself before anything changes, and
-    /// with_precision(Precision::float32) brings float weights back, widened exactly from bf16.
-    /// Throws std::invalid_argument naming "<kName>::with_precision" for a value that is no
-    /// enumerator or bf16 on a double module, std::logic_error for bf16 with FloatWeights::keep
+    /// bf16 with float accumulation; everything else stays float (an Embedding's table too). With
+    /// FloatWeights::keep the float weights stay the master weights: training is mixed precision
+    /// (each training-mode product rounds the current float weight), evaluation reads bf16 copies
+    /// taken here, on every eval() and after every load_state_dict (after changing weights in
+    /// evaluation mode otherwise, call with_precision(Precision::bf16) again). With
+    /// FloatWeights::release (inference only) the float weight matrices and their gradients are
+    /// freed after the copies are taken: forward and decode give the results of keep bit for bit,
+    /// every call that needs a float weight throws std::logic_error naming itself before anything
+    /// changes, and with_precision(Precision::float32) brings float weights back, widened exactly
+    /// from bf16. Throws std::invalid_argument naming "<kName>::with_precision" for a value that is
+    /// no enumerator or bf16 on a double module, std::logic_error for bf16 with FloatWeights::keep
     /// once released; all before anything changes. See precision.hpp and docs/precision.md.
     Derived& with_precision(Precision precision, FloatWeights float_weights = FloatWeights::keep);
     /// Every weight matrix of the tree stored as `type`, a GGUF tensor type headwise quantizes
     /// (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K: quant::quantize_row, bit for bit
     /// as gguf.quants and llama.cpp), quantized once from the float weights as they are now; the
     /// products read the stored rows (ops::quant_matmul) without dequantizing the matrix.
-    /// Everything else stays float. Inference only: backward throws std::logic_error naming the
-    /// type. FloatWeights::keep keeps the float weights (state_dict() and loads work; a load
+    /// Everything else stays float (an Embedding's table too: it is stored only as a file stores
+    /// it, see WeightMatrix::is_table). Inference only: backward throws std::logic_error naming
+    /// the type. FloatWeights::keep keeps the float weights (state_dict() and loads work; a load
     /// quantizes again), release frees them (the weights then take quant::row_bytes per row).
     /// with_precision(Precision::float32) returns to float (released: the stored values,
     /// dequantized exactly). Throws std::invalid_argument naming "<kName>::with_weight_type"
@@ -523,7 +524,9 @@ Derived& Module<Derived, T>::with_precision(Precision precision, FloatWeights fl
                                "Precision::bf16 (bf16 is for float modules)");
     }
     detail::check_precision<T>(fn.c_str(), precision, float_weights, float_weights_released());
-    for (WeightMatrix<T>* w : weights()) w->set_precision(precision, float_weights);
+    for (WeightMatrix<T>* w : weights())  // tables stay float (WeightMatrix::is_table)
+        if (precision == Precision::float32 || !w->is_table())
+            w->set_precision(precision, float_weights);
     detail::ModesWalk<T> walk;
     walk.set_precision = true;
     walk.precision = precision;
@@ -553,7 +556,7 @@ Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights flo
     walk_module(walk, "", true);
     const Index block = quant::block_format(type).block_size;
     for (WeightMatrix<T>* w : weights()) {
-        if (w->row_length() > 0 && w->row_length() % block == 0) continue;
+        if (w->is_table() || (w->row_length() > 0 && w->row_length() % block == 0)) continue;
         std::string name = "a weight matrix";
         for (const detail::ListedParameter<T>& p : walk.found)
             if (p.where.holder == w) {
@@ -566,7 +569,8 @@ Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights flo
                                w->row_length() > 0 ? "rows of " + std::to_string(w->row_length())
                                                    : std::string("rows of different lengths"));
     }
-    for (WeightMatrix<T>* w : weights()) w->set_stored(type, float_weights);
+    for (WeightMatrix<T>* w : weights())
+        if (!w->is_table()) w->set_stored(type, float_weights);
     detail::ModesWalk<T> modes;
     modes.set_precision = true;
     modes.precision = Precision::float32;
@@ -576,8 +580,9 @@ Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights flo
 
 template <class Derived, class T>
 quant::Type Module<Derived, T>::weight_type() const {
-    const std::vector<WeightMatrix<T>*> all = mutable_self().weights();
-    return all.empty() ? quant::Type::f32 : all.front()->stored_type();
+    for (const WeightMatrix<T>* w : mutable_self().weights())
+        if (!w->is_table()) return w->stored_type();
+    return quant::Type::f32;
 }
 
 template <class Derived, class T>

@@ -2,6 +2,7 @@
 // WeightMatrix<T>: a weight matrix, its gradient and the format its products read it in.
 #pragma once
 
+#include <algorithm>    // std::copy_n
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint8_t, std::uint64_t
 #include <memory>       // std::shared_ptr
@@ -84,6 +85,13 @@ public:
                 ", which is for inference only (with_precision(Precision::float32) brings float "
                 "weights back, dequantized)");
     }
+
+    /// A lookup table (Embedding's weight): rows read one at a time by row() and multiplied only
+    /// as a tied output layer. with_precision(bf16) and with_weight_type leave a table as it is
+    /// (the lookups and a tied output stay float, as a checkpoint's embedding is); a table gets
+    /// a stored type only from a file (take_stored), and with_precision(float32) brings it back.
+    bool is_table() const noexcept { return table_; }
+    void set_table(bool on) noexcept { table_ = on; }
 
     /// The float master weight (empty once released: callers check released() first).
     Tensor<T>& value() noexcept { return value_; }
@@ -186,6 +194,25 @@ public:
         m.cols = row_length_;
         m.bytes = row_bytes * static_cast<std::uint64_t>(rows);
         return m;
+    }
+
+    /// Writes row r (of row_length() values) of the float weight as it is now into out: the
+    /// master's row, or once released the bf16 copy widened or the stored blocks dequantized
+    /// (exact). A lookup table's read (Embedding); r checked by the caller.
+    void row(Index r, T* out) const {
+        const Index n = row_length_;
+        if (!released_) {
+            std::copy_n(value_.data() + r * n, n, out);
+            return;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+            if (stored()) {
+                quant::dequantize_row(stored_, stored_data() + r * quant::row_bytes(stored_, n),
+                                      out, n);
+                return;
+            }
+            to_float(copy_.data() + r * n, out, n);
+        }
     }
 
     /// The copy taken anew from the master (bf16, not released); nothing otherwise.
@@ -301,6 +328,7 @@ private:
     Index row_length_ = 0;
     Precision precision_ = Precision::float32;
     bool released_ = false;
+    bool table_ = false;            // a lookup table: see is_table()
     Tensor<T> value_{Shape{0, 0}};  // the float master; [0] once released
     Tensor<T> grad_{Shape{0, 0}};   // its gradient; allocated on first use; [0] once released
     std::vector<BFloat16> copy_;    // bf16 copy (Precision::bf16), else empty

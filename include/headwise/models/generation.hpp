@@ -89,6 +89,17 @@ struct has_max_position_embeddings<
     Model, std::void_t<decltype(std::declval<Model&>().config().max_position_embeddings)>>
     : std::true_type {};
 
+/// Whether a causal language model has decode_last (the logits of the last position only),
+/// which generate() uses for the prompt.
+template <class Model, class = void>
+struct has_decode_last : std::false_type {};
+template <class Model>
+struct has_decode_last<
+    Model, std::void_t<decltype(std::declval<Model&>().decode_last(
+               std::declval<TensorView<const std::int64_t>>(),
+               std::declval<decltype(std::declval<Model&>().make_cache(Index{1}, Index{1}))&>(),
+               std::declval<TensorView<const bool>>()))>> : std::true_type {};
+
 }  // namespace headwise::detail
 
 namespace headwise::models {
@@ -171,9 +182,10 @@ std::int64_t choose_next_token(const T* logits, Index V, const GenerationOptions
 
 /// Generates up to options.max_new_tokens new tokens after each prompt with `model`, a causal
 /// language model with make_cache(batch, capacity), decode(ids [B, T], cache, padding [B, T])
-/// -> logits [B, T, V] and config().vocab_size (LlamaForCausalLM). Returns the new ids of each
-/// prompt (without the prompt), in prompt order; a sequence ends after max_new_tokens tokens or
-/// after a stop token (which is included).
+/// -> logits [B, T, V] and config().vocab_size (LlamaForCausalLM; a model that also has
+/// decode_last, the last position's logits [B, 1, V], gets the prompt's through it). Returns the
+/// new ids of each prompt (without the prompt), in prompt order; a sequence ends after
+/// max_new_tokens tokens or after a stop token (which is included).
 ///
 /// The prompts (each at least one id) are left-padded to the longest and run as one batch:
 /// one prefill decode of all prompt tokens, then one decode step of one token per sequence
@@ -238,8 +250,16 @@ std::vector<std::vector<std::int64_t>> generate(
     // Prefill: the prompts left-padded (padding id 0, masked) in one decode.
     const LeftPaddedBatch prefill = left_pad(prompts);
     auto cache = model.make_cache(B, capacity);
-    auto logits = model.decode(prefill.ids.view(), cache, prefill.padding.view());  // [B, L, V]
+    // [B, L, V], or [B, 1, V] from a model that computes the last position's logits alone.
     Index row_stride = L;  // logits rows per sequence
+    auto logits = [&] {
+        if constexpr (headwise::detail::has_decode_last<Model>::value) {
+            row_stride = 1;
+            return model.decode_last(prefill.ids.view(), cache, prefill.padding.view());
+        } else {
+            return model.decode(prefill.ids.view(), cache, prefill.padding.view());
+        }
+    }();
 
     std::vector<Generator> rngs;
     for (Index b = 0; b < B; ++b) rngs.emplace_back(options.seed + static_cast<std::uint64_t>(b));

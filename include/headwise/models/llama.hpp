@@ -11,6 +11,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>  // std::copy_n
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
 #include <optional>   // std::optional
@@ -320,6 +321,10 @@ public:
     /// input_ids [B, T] after the cache's tokens -> logits [B, T, V] (see LlamaModel::decode).
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
                      TensorView<const bool> padding = {});
+    /// The same, but the logits of the last position only: [B, 1, V] (what generation reads
+    /// after a prompt: the LM head then multiplies one row per sequence instead of T).
+    Tensor<T> decode_last(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
+                          TensorView<const bool> padding = {});
     /// input_ids [B, L] (or [L]) -> logits [B, L, V] (or [L, V]); padding_mask [B, L] (true =
     /// padding) or empty.
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
@@ -331,8 +336,9 @@ public:
     }
     /// with_precision (Module; LlamaForCausalLM<float>, inference): the model's layers as
     /// LlamaModel's, and lm_head's product in bf16 unless the embeddings are tied: a tied
-    /// lm_head is no part of the module (not declared), the logits multiply by the float
-    /// embedding matrix.
+    /// lm_head is no part of the module (not declared), the logits multiply by the embedding
+    /// table as it is held: float (with_precision and with_weight_type leave tables float), or
+    /// a GGUF file's blocks (from_gguf, GgufWeights::stored).
     const LlamaConfig& config() const noexcept { return model_.config(); }
     LlamaModel<T>& model() noexcept { return model_; }
     const LlamaModel<T>& model() const noexcept { return model_; }
@@ -656,7 +662,8 @@ Tensor<T> LlamaForCausalLM<T>::logits(const Tensor<T>& hidden) const {
     std::vector<Index> dims(s.begin(), s.end());
     dims.back() = V;
     Tensor<T> out = Tensor<T>::uninitialized(Shape(dims));  // [..., V]
-    out.matrix().noalias() = hidden.matrix() * model_.embed_tokens().weight().matrix().transpose();
+    // The table in its format: float, or a GGUF file's blocks (from_gguf, stored).
+    model_.embed_tokens().table().forward(hidden.matrix(), nullptr, out.matrix(), false);
     return out;
 }
 
@@ -664,6 +671,17 @@ template <class T>
 Tensor<T> LlamaForCausalLM<T>::decode(TensorView<const std::int64_t> input_ids,
                                       LlamaCache<T>& cache, TensorView<const bool> padding) {
     return logits(model_.decode(input_ids, cache, padding));
+}
+
+template <class T>
+Tensor<T> LlamaForCausalLM<T>::decode_last(TensorView<const std::int64_t> input_ids,
+                                           LlamaCache<T>& cache, TensorView<const bool> padding) {
+    const Tensor<T> hidden = model_.decode(input_ids, cache, padding);  // [B, T, E]
+    const Index B = hidden.shape()[0], L = hidden.shape()[1], E = hidden.shape()[2];
+    Tensor<T> last = Tensor<T>::uninitialized(Shape{B, 1, E});
+    for (Index b = 0; b < B; ++b)
+        std::copy_n(hidden.data() + (b * L + L - 1) * E, E, last.data() + b * E);
+    return logits(last);
 }
 
 template <class T>
