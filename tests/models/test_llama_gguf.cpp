@@ -161,12 +161,12 @@ TEST_CASE("from_gguf stored keeps each matrix in its file type, dequantized exac
     LlamaForCausalLM<float> f32 =
         LlamaForCausalLM<float>::from_gguf(fixture(), GgufWeights::float32);
     const std::vector<headwise::WeightMatrix<float>*> w = holders(stored);
-    REQUIRE(w.size() == 11);
-    // Layer 0: q, k, v of one type (stored); layer 1: v Q4_1 beside Q8_0 q and k (float), an
-    // F32 ffn_up (float); lm_head (output.weight) Q4_1.
-    const std::vector<Type> expected = {Type::q4_1, Type::q8_0, Type::q4_1, Type::q8_0,
-                                        Type::f16,  Type::f32,  Type::q4_1, Type::q8_0,
-                                        Type::f32,  Type::q4_1, Type::q4_1};
+    REQUIRE(w.size() == 12);
+    // The embedding table (token_embd) Q8_0; layer 0: q, k, v of one type (stored); layer 1: v
+    // Q4_1 beside Q8_0 q and k (float), an F32 ffn_up (float); lm_head (output.weight) Q4_1.
+    const std::vector<Type> expected = {Type::q8_0, Type::q4_1, Type::q8_0, Type::q4_1,
+                                        Type::q8_0, Type::f16,  Type::f32,  Type::q4_1,
+                                        Type::q8_0, Type::f32,  Type::q4_1, Type::q4_1};
     for (std::size_t i = 0; i < w.size(); ++i) {
         CAPTURE(i);
         CHECK(w[i]->stored_type() == expected[i]);
@@ -197,8 +197,8 @@ TEST_CASE("from_gguf stored borrows the file's blocks and keeps the file alive")
         return LlamaForCausalLM<float>::from_gguf(file);
     }();  // the GgufFile is gone; the model holds its bytes
     bytes.assign(bytes.size(), 0);
-    CHECK(holders(model)[1]->stored_rows(0, 32).data == o_proj);   // not copied
-    CHECK(holders(model)[0]->stored_rows(0, 64).data != nullptr);  // q, k, v: copied
+    CHECK(holders(model)[2]->stored_rows(0, 32).data == o_proj);   // not copied
+    CHECK(holders(model)[1]->stored_rows(0, 64).data != nullptr);  // q, k, v: copied
     LlamaForCausalLM<float> fresh = LlamaForCausalLM<float>::from_gguf(fixture());
     const Tensor<std::int64_t> ids = prompt(1, 6);
     CHECK(scaled(model.forward(ids), fresh.forward(ids)) == 0.0);

@@ -288,7 +288,8 @@ public:
     /// lie in the mapping (kept alive by the model), the in-projection's q, k and v rows are
     /// copied into blocks of the model's own (q and k reordered); an in-projection whose q, k
     /// and v have different types (llama.cpp's Q4_K_M gives some layers' attn_v Q6_K) and F32
-    /// matrices are dequantized to float, as are the token embedding and the norms.
+    /// matrices are dequantized to float, as are the norms. The token embedding's table keeps
+    /// its blocks too (lookups dequantize their rows; a tied output multiplies by the blocks).
     /// GgufWeights::float32 dequantizes every tensor. Throws std::runtime_error from
     /// io::load_gguf (a file that is no valid GGUF, a tensor type headwise does not read) and
     /// LlamaConfig::from_gguf, std::invalid_argument naming this function, the file and the
