@@ -10,6 +10,8 @@
 //         run gen <calls>     the prompt, then <new_tokens> greedy tokens (models::generate)
 //         run p128 <calls>    one decode of the prompt into an empty cache (all logits)
 //         run p<N> <calls>    the same for the first N of the prefill ids (p2048, p512, ...)
+//         run last<N> <calls> the same with the last position's logits only (decode_last), as
+//                             llama.cpp's prompt processing computes them
 //                             -> "time <median wall s> <median CPU s>" per call
 //                                (CPU: the calling thread's, where the one BLAS thread runs)
 //         ids                 -> "ids <the last generation's new ids>"
@@ -167,6 +169,10 @@ int worker(const std::string& path, int threads, const std::string& prompt_path,
         auto cache = model.make_cache(1, ids.shape()[1]);
         sink += model.decode(ids.view(), cache, {}).data()[0];
     };
+    const auto prefill_last = [&](const Tensor<std::int64_t>& ids) {  // the last logits only
+        auto cache = model.make_cache(1, ids.shape()[1]);
+        sink += model.decode_last(ids.view(), cache, {}).data()[0];
+    };
     gen();  // warm-up
     prefill(prompt_batch);
     std::cout << "ready" << std::endl;
@@ -197,6 +203,8 @@ int worker(const std::string& path, int threads, const std::string& prompt_path,
             const double c0 = cpu_now();
             if (which == "gen")
                 gen();
+            else if (which.rfind("last", 0) == 0)
+                prefill_last(prefill_of("p" + which.substr(4)));
             else
                 prefill(prefill_of(which));
             times.push_back(seconds_since(t0));

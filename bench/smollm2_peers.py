@@ -11,8 +11,9 @@ interleaved run: decode tokens/s, prompt processing of 512 tokens, load time and
 The cases, as llama-bench defines them:
   tg128  128 tokens generated one at a time from an empty context (headwise: a one-token prompt
          and 127 greedy steps, models::generate; transformers: model.generate likewise);
-  pp512  one batch of 512 prompt tokens into an empty context (headwise: one decode of 512
-         ids; transformers: one forward with use_cache=True).
+  pp512  one batch of 512 prompt tokens into an empty context, the last position's logits
+         only, as llama-bench computes them (headwise: one decode_last of 512 ids; transformers:
+         one forward with use_cache=True and logits_to_keep=1).
 llama.cpp runs as `llama-bench -m MODEL -t T -p 512 -n 128 -r 1 -o json` once per round (its own
 warm-up run first); headwise and transformers run as workers (bench_llama's protocol) that stay
 loaded across rounds, asked in turn, the engines' order rotated each round. Results are the
@@ -109,7 +110,7 @@ def worker(args):
 
         def call():
             with torch.inference_mode():
-                return model(ids, use_cache=True).logits
+                return model(ids, use_cache=True, logits_to_keep=1).logits
 
         return call
 
@@ -128,7 +129,7 @@ def worker(args):
         if parts[0] == "ids":
             print("ids " + " ".join(map(str, last_ids)), flush=True)
             continue
-        fn = gen if parts[1] == "gen" else forward(int(parts[1][1:]))
+        fn = gen if parts[1] == "gen" else forward(int(parts[1].lstrip("lastp")))
         times = []
         for _ in range(int(parts[2])):
             t0 = time.perf_counter()
@@ -246,7 +247,7 @@ def main():
                     continue
                 w = next(w for w in workers if w.name == name)
                 results.setdefault((name, t, "tg128"), []).append(w.run("gen"))
-                results.setdefault((name, t, "pp512"), []).append(w.run("p%d" % PP))
+                results.setdefault((name, t, "pp512"), []).append(w.run("last%d" % PP))
         for w in workers:
             _, peak, base = w.ask("mem")
             mem[(w.name, t)] = int(peak)
