@@ -62,6 +62,10 @@ struct TransformerEncoderLayerActivations {
 template <class T>
 struct TransformerEncoderLayerForward {
     Tensor<T> output;  // the input's shape, [B, L, E] or [L, E]
+    /// The self-attention's weights when masks.need_weights: each head's probabilities
+    /// [B, H, L, L] with masks.average_attn_weights = false (gated by masks.head_mask), their
+    /// mean over heads [B, L, L] otherwise; empty without need_weights.
+    Tensor<T> attn_weights;
     std::shared_ptr<const TransformerEncoderLayerActivations<T>> saved;
 
     bool differentiable() const noexcept { return saved != nullptr; }
@@ -93,7 +97,9 @@ public:
     /// zeros), from `seed`.
     explicit TransformerEncoderLayer(const Options& options, std::uint64_t seed = 0);
 
-    /// x [B, L, d_model] (or [L, d_model]); masks as for MultiheadAttention::forward.
+    /// x [B, L, d_model] (or [L, d_model]); masks as for MultiheadAttention::forward: head_mask
+    /// gates the heads (head_mask_grad collects d loss / d xi in backward), need_weights returns
+    /// the attention weights in attn_weights (per head with average_attn_weights = false).
     TransformerEncoderLayerForward<T> forward(TensorView<const T> x,
                                               const AttentionMasks<T>& masks = {});
     /// Gradient of sum(output ⊙ dy) with respect to x for the call that produced `fwd`; the
@@ -241,6 +247,8 @@ TransformerEncoderLayerForward<T> TransformerEncoderLayer<T>::forward(
         s->ff_in = norm2_.forward(s->norm2_in);               // norm2(h)
         f.output = add(s->norm2_in, feed_forward(s->ff_in));  // h + ff(norm2(h))
     }
+    // The weights go to the caller; backward reads the attention's own saved state, not them.
+    if (masks.need_weights) f.attn_weights = std::move(s->attn.attn_weights);
     if (keep) f.saved = std::move(s);
     return f;
 }

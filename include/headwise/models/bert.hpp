@@ -38,6 +38,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "detail/pretrained_sizes.hpp"
+#include "heads.hpp"
 
 namespace headwise::models {
 
@@ -55,11 +56,16 @@ struct BertConfig {
     /// hidden_act: "gelu" is the exact erf form; "gelu_new" and "gelu_pytorch_tanh" the tanh
     /// approximation.
     GeluApproximation hidden_act = GeluApproximation::none;
+    /// Heads removed from the weights, {layer: [head, ...]} in the unpruned numbering (Hugging
+    /// Face's config.pruned_heads): a model built from this configuration has them pruned, so a
+    /// pruned model's state dict loads into BertModel(pruned.config()). BertModel::prune_heads
+    /// adds to it.
+    std::map<Index, std::vector<Index>> pruned_heads;
 
     /// Reads config.json. Throws std::runtime_error naming the file and the key that is missing,
     /// of the wrong type or out of range, or that asks for what this encoder does not do
     /// (another hidden_act, a position_embedding_type other than "absolute", a model_type other
-    /// than "bert").
+    /// than "bert"). "pruned_heads", when present, is an object {"layer": [head, ...]}.
     static BertConfig from_json_file(const std::string& path);
 };
 
@@ -80,13 +86,18 @@ public:
     static constexpr const char* kName = "headwise::models::BertLayer";
 
     BertLayer(const BertConfig& config, Projection projection, std::uint64_t seed);
-    /// The feed-forward Linears allocated but not written and without gradient buffers until
-    /// asked for (headwise::uninitialized), for a layer whose weights are loaded next.
+    /// The attention and the feed-forward Linears allocated but not written and without
+    /// gradient buffers until asked for (headwise::uninitialized), for a layer whose weights are
+    /// loaded next.
     BertLayer(const BertConfig& config, Projection projection, uninitialized_t);
 
     /// x [B, L, E] -> [B, L, E]; masks.key_padding_mask [B, L] (true = padding) keeps padding
     /// out of every attention row.
     Tensor<T> forward(TensorView<const T> x, const AttentionMasks<T>& masks);
+    /// The same, with masks.need_weights: the attention's weights (masks.average_attn_weights
+    /// false: [B, H, L, L], each head's) moved into `attn_weights`.
+    Tensor<T> forward(TensorView<const T> x, const AttentionMasks<T>& masks,
+                      Tensor<T>& attn_weights);
 
     BertLayer& with_projection(Projection projection) {
         attention_.with_projection(projection);
@@ -179,6 +190,28 @@ public:
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
                       TensorView<const bool> padding_mask = {},
                       TensorView<const std::int64_t> token_type_ids = {});
+    /// The same, with Hugging Face's head_mask and output_attentions (HeadOptions): head_mask
+    /// [N, H] or [H] gates each layer's heads; output_attentions returns each layer's per-head
+    /// probabilities [B, H, L, L] (padding keys get 0). Throws shape_error for a head_mask of
+    /// another shape, std::invalid_argument for one on a model whose layers have unequal head
+    /// counts, before anything is computed.
+    ModelOutput<T> forward(TensorView<const std::int64_t> input_ids,
+                           TensorView<const bool> padding_mask,
+                           TensorView<const std::int64_t> token_type_ids,
+                           const HeadOptions<T>& heads);
+
+    /// Removes attention heads from the weights, as Hugging Face's BertModel.prune_heads:
+    /// `heads` {layer: [head, ...]}, head indices of the unpruned model (heads pruned before keep
+    /// their numbers; config().pruned_heads lists them). Each layer's attention loses those
+    /// heads' query, key and value rows and out_proj columns (MultiheadAttention::prune_heads);
+    /// the state dict keeps its names with narrower shapes, config().pruned_heads records them
+    /// (a model built from config() loads the state dict), and forward gives what the unpruned
+    /// model gives with those heads' head_mask at 0. Throws std::invalid_argument naming the
+    /// argument for a layer outside [0, N), a head outside [0, H), a head listed twice or
+    /// pruned before, or every remaining head of a layer (a layer keeps at least one: a layer
+    /// without attention is no longer a BERT layer); std::logic_error unless the weights are
+    /// float32 and held; all before anything changes. An empty map changes nothing.
+    BertModel& prune_heads(const HeadsToPrune& heads);
 
     /// A model of the given configuration whose embeddings and feed-forward Linears are
     /// allocated but not written, without gradient buffers until asked for
@@ -215,6 +248,9 @@ public:
 
 private:
     static const BertConfig& checked(const BertConfig& c);
+    ModelOutput<T> run(TensorView<const std::int64_t> input_ids,
+                       TensorView<const bool> padding_mask,
+                       TensorView<const std::int64_t> token_type_ids, const HeadOptions<T>& heads);
 
     BertConfig config_;
     Generator rng_;  // draws the embeddings' initial weights
@@ -252,6 +288,32 @@ inline BertConfig BertConfig::from_json_file(const std::string& path) {
                           headwise::detail::describe_json(*it));
     }
     file.expect_string("position_embedding_type", "absolute");
+    if (const auto it = j.find("pruned_heads"); it != j.end() && !it->is_null()) {
+        const auto bad = [&](const std::string& what) { file.fail("pruned_heads", what); };
+        if (!it->is_object())
+            bad("expected an object {\"layer\": [head, ...]}, got " +
+                headwise::detail::describe_json(*it));
+        for (const auto& [key, list] : it->items()) {
+            Index layer = -1;
+            if (!key.empty() && key.size() <= 9 &&
+                key.find_first_not_of("0123456789") == std::string::npos)
+                layer = static_cast<Index>(std::stoll(key));
+            if (layer < 0 || layer >= c.num_hidden_layers)
+                bad("expected layer keys in [0, num_hidden_layers = " +
+                    std::to_string(c.num_hidden_layers) + "), got \"" + key.substr(0, 32) + "\"");
+            if (!list.is_array())
+                bad("expected a list of heads, got " + headwise::detail::describe_json(list));
+            std::vector<Index>& heads = c.pruned_heads[layer];
+            for (const auto& h : list) {
+                if (!h.is_number_integer() || h.get<std::int64_t>() < 0 ||
+                    h.get<std::int64_t>() >= c.num_attention_heads)
+                    bad("expected heads in [0, num_attention_heads = " +
+                        std::to_string(c.num_attention_heads) + "), got " +
+                        headwise::detail::describe_json(h));
+                heads.push_back(static_cast<Index>(h.get<std::int64_t>()));
+            }
+        }
+    }
     return c;
 }
 
@@ -279,7 +341,7 @@ BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, std::uint64_
 template <class T>
 BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, uninitialized_t)
     : rng_(0),
-      attention_(attention_options(c, projection), 0),
+      attention_(attention_options(c, projection), uninitialized),
       attention_norm_(c.hidden_size, c.layer_norm_eps),
       intermediate_(c.hidden_size, c.intermediate_size, true, uninitialized),
       output_(c.intermediate_size, c.hidden_size, true, uninitialized),
@@ -288,26 +350,36 @@ BertLayer<T>::BertLayer(const BertConfig& c, Projection projection, uninitialize
 
 template <class T>
 std::vector<ParameterPiece> BertLayer<T>::attention_pieces() const {
-    // in_proj_weight [3E, E]: query rows, key rows, value rows; in_proj_bias [3E] likewise.
-    const Index E = attention_.embed_dim();
-    const Shape matrix{E, E}, vector{E};
+    // in_proj_weight [3 HD, E]: query rows, key rows, value rows; in_proj_bias [3 HD] likewise.
+    // HD = E unless heads were pruned (then out_proj.weight is [E, HD]).
+    const Index E = attention_.embed_dim(), HD = attention_.inner_dim();
+    const Shape matrix{HD, E}, vector{HD};
     return {{"attention.self.query.weight", "in_proj_weight", 0, matrix},
             {"attention.self.query.bias", "in_proj_bias", 0, vector},
-            {"attention.self.key.weight", "in_proj_weight", E * E, matrix},
-            {"attention.self.key.bias", "in_proj_bias", E, vector},
-            {"attention.self.value.weight", "in_proj_weight", 2 * E * E, matrix},
-            {"attention.self.value.bias", "in_proj_bias", 2 * E, vector},
-            {"attention.output.dense.weight", "out_proj.weight", 0, matrix},
-            {"attention.output.dense.bias", "out_proj.bias", 0, vector}};
+            {"attention.self.key.weight", "in_proj_weight", HD * E, matrix},
+            {"attention.self.key.bias", "in_proj_bias", HD, vector},
+            {"attention.self.value.weight", "in_proj_weight", 2 * HD * E, matrix},
+            {"attention.self.value.bias", "in_proj_bias", 2 * HD, vector},
+            {"attention.output.dense.weight", "out_proj.weight", 0, Shape{E, HD}},
+            {"attention.output.dense.bias", "out_proj.bias", 0, Shape{E}}};
 }
 
 template <class T>
 Tensor<T> BertLayer<T>::forward(TensorView<const T> x, const AttentionMasks<T>& masks) {
+    Tensor<T> unused;
+    return forward(x, masks, unused);
+}
+
+template <class T>
+Tensor<T> BertLayer<T>::forward(TensorView<const T> x, const AttentionMasks<T>& masks,
+                                Tensor<T>& attn_weights) {
     // x [B, L, E]
-    Tensor<T> h = attention_.forward(x, x, x, masks).output;  // [B, L, E]
-    h.matrix() += x.matrix();                                 // x + Attention(x)
-    h = attention_norm_.forward(h);                           // [B, L, E]
-    Tensor<T> f = intermediate_.forward(h);                   // [B, L, F]
+    AttentionForward<T> a = attention_.forward(x, x, x, masks);
+    if (masks.need_weights) attn_weights = std::move(a.attn_weights);  // [B, H, L, L]
+    Tensor<T> h = std::move(a.output);                                 // [B, L, E]
+    h.matrix() += x.matrix();                                          // x + Attention(x)
+    h = attention_norm_.forward(h);                                    // [B, L, E]
+    Tensor<T> f = intermediate_.forward(h);                            // [B, L, F]
     // GELU in place, [B, L, F]: no second activation of F columns
     ops::gelu_forward(f.data(), f.numel(), act_.approximate(), f.data());
     Tensor<T> y = output_.forward(f);  // [B, L, E]
@@ -332,6 +404,10 @@ const BertConfig& BertModel<T>::checked(const BertConfig& c) {
         throw_invalid_argument(fn, "config.num_attention_heads",
                                "must divide hidden_size = " + std::to_string(c.hidden_size),
                                std::to_string(c.num_attention_heads));
+    // The same checks as prune_heads, on the pruned heads as a list to prune.
+    detail::plan_head_pruning(std::string(fn) + ": config.pruned_heads", c.pruned_heads,
+                              c.num_hidden_layers, c.num_attention_heads, c.num_attention_heads,
+                              {});
     return c;
 }
 
@@ -346,6 +422,8 @@ BertModel<T>::BertModel(const BertConfig& config, Projection projection, std::ui
     layers_.reserve(static_cast<std::size_t>(config.num_hidden_layers));
     for (Index i = 0; i < config.num_hidden_layers; ++i)
         layers_.emplace_back(config, projection, seed + 2 * static_cast<std::uint64_t>(i) + 1);
+    for (const auto& [layer, heads] : config.pruned_heads)
+        layers_[static_cast<std::size_t>(layer)].attention().prune_heads(heads);
     this->eval();
 }
 
@@ -362,6 +440,8 @@ BertModel<T>::BertModel(const BertConfig& config, Projection projection, uniniti
     layers_.reserve(static_cast<std::size_t>(config.num_hidden_layers));
     for (Index i = 0; i < config.num_hidden_layers; ++i)
         layers_.emplace_back(config, projection, uninitialized);
+    for (const auto& [layer, heads] : config.pruned_heads)
+        layers_[static_cast<std::size_t>(layer)].attention().prune_heads(heads);
     this->eval();
 }
 
@@ -418,6 +498,39 @@ template <class T>
 Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
                                 TensorView<const bool> padding_mask,
                                 TensorView<const std::int64_t> token_type_ids) {
+    return run(input_ids, padding_mask, token_type_ids, HeadOptions<T>{}).last_hidden_state;
+}
+
+template <class T>
+ModelOutput<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
+                                     TensorView<const bool> padding_mask,
+                                     TensorView<const std::int64_t> token_type_ids,
+                                     const HeadOptions<T>& heads) {
+    return run(input_ids, padding_mask, token_type_ids, heads);
+}
+
+template <class T>
+BertModel<T>& BertModel<T>::prune_heads(const HeadsToPrune& heads) {
+    const std::string fn = std::string(kName) + "::prune_heads";
+    const auto plan =
+        detail::plan_head_pruning(fn, heads, config_.num_hidden_layers, config_.num_attention_heads,
+                                  config_.num_attention_heads, config_.pruned_heads);
+    if (plan.empty()) return *this;
+    if (this->precision() != Precision::float32 || this->float_weights_released())
+        throw std::logic_error(fn +
+                               ": needs the float32 weights (the model computes in bf16 or has "
+                               "released them); with_precision(Precision::float32) first");
+    for (const auto& [layer, now] : plan)
+        layers_[static_cast<std::size_t>(layer)].attention().prune_heads(now);
+    detail::record_pruned_heads(config_.pruned_heads, heads);
+    return *this;
+}
+
+template <class T>
+ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
+                                 TensorView<const bool> padding_mask,
+                                 TensorView<const std::int64_t> token_type_ids,
+                                 const HeadOptions<T>& heads) {
     constexpr const char* fn = "headwise::models::BertModel::forward";
     const bool batched = input_ids.rank() == 2;
     if (input_ids.rank() != 1 && input_ids.rank() != 2)
@@ -437,6 +550,9 @@ Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
     if (typed)
         headwise::detail::check_shape(fn, "token_type_ids", token_type_ids.shape(),
                                       input_ids.shape());
+    std::vector<Index> heads_per_layer;
+    for (const BertLayer<T>& l : layers_) heads_per_layer.push_back(l.attention().num_heads());
+    detail::check_model_head_mask(fn, heads.head_mask, heads_per_layer);
 
     // Embeddings (Devlin et al. 2019, Section 3.2): the sum of the token, position and segment
     // embeddings, then LayerNorm.
@@ -469,13 +585,20 @@ Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
     // One set of attention scratch for the whole stack: each layer hands it to the next, and
     // the last back to the first for the next call (the layers run one after another).
     const std::size_t n = layers_.size();
+    ModelOutput<T> out;
+    masks.need_weights = heads.output_attentions;  // each head's: [B, H, L, L]
+    masks.average_attn_weights = false;
+    if (heads.output_attentions) out.attentions.resize(n);
+    Tensor<T> unused;
     for (std::size_t i = 0; i < n; ++i) {
-        x = layers_[i].forward(x, masks);
+        masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
+        x = layers_[i].forward(x, masks, heads.output_attentions ? out.attentions[i] : unused);
         if (i + 1 < n) layers_[i + 1].attention().swap_eval_buffers(layers_[i].attention());
     }
     if (n > 1) layers_[0].attention().swap_eval_buffers(layers_[n - 1].attention());
     if (!batched) x = std::move(x).reshape(Shape{L, E});
-    return x;
+    out.last_hidden_state = std::move(x);
+    return out;
 }
 
 }  // namespace headwise::models

@@ -14,6 +14,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <algorithm>  // std::copy_n
 #include <cmath>      // std::isfinite
 #include <cstdint>    // std::int64_t
+#include <map>        // std::map
 #include <optional>   // std::optional
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
@@ -41,6 +42,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../shape.hpp"
 #include "../tensor.hpp"
 #include "detail/pretrained_sizes.hpp"
+#include "heads.hpp"
 
 namespace headwise::io {
 class GgufFile;
@@ -72,6 +74,14 @@ struct LlamaConfig {
     bool tie_word_embeddings = false;         // lm_head shares embed_tokens.weight
     std::vector<std::int64_t> eos_token_ids;  // eos_token_id, an integer or a list
     std::optional<std::int64_t> bos_token_id;
+    /// "llama", or "qwen2" (Qwen2ForCausalLM: the same decoder with q/k/v biases and none on
+    /// o_proj; its GGUF files keep Hugging Face's q/k rows, llama.cpp's converter permutes only
+    /// "llama"'s).
+    std::string model_type = "llama";
+    /// Query heads removed from the weights, {layer: [head, ...]} in the unpruned numbering
+    /// (LlamaModel::prune_heads adds to it): a model built from this configuration has them
+    /// pruned, so a pruned model's state dict loads into one built from its config().
+    std::map<Index, std::vector<Index>> pruned_heads;
 
     /// Reads config.json, of transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters).
     /// Throws std::runtime_error naming the file and the key that is missing, of the wrong type
@@ -116,9 +126,16 @@ public:
     LlamaDecoderLayer(const LlamaConfig& config, Projection projection, uninitialized_t);
 
     /// x_new [B, T, E] -> [B, T, E]: the new tokens over the cached ones and themselves;
-    /// `padding` [B, T] (true = padding) or empty.
+    /// `padding` [B, T] (true = padding) or empty; `head_mask` [H] or [B, H] gates the heads
+    /// (AttentionMasks::head_mask).
     Tensor<T> decode(TensorView<const T> x_new, KVCache<T>& cache,
-                     TensorView<const bool> padding = {});
+                     TensorView<const bool> padding = {}, TensorView<const T> head_mask = {});
+    /// x [B, L, E] -> [B, L, E] without a cache, through MultiheadAttention::forward (causal,
+    /// rotary positions 0..L-1): what decode() into an empty cache gives, and with
+    /// masks.need_weights the attention's weights moved into `attn_weights` (each head's,
+    /// [B, H, L, L], with masks.average_attn_weights = false). `masks` carries the key padding
+    /// and head_mask; is_causal is set here.
+    Tensor<T> forward(TensorView<const T> x, AttentionMasks<T> masks, Tensor<T>& attn_weights);
 
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
@@ -200,12 +217,35 @@ public:
     /// `padding` [B, T] (true = padding, e.g. a left-padded prompt) or empty. Throws
     /// std::out_of_range for an id outside the vocabulary, std::invalid_argument (shape_error)
     /// for shapes that do not match the cache or a cache without room, before anything changes.
+    /// `head_mask` [N, H] or [H] gates each layer's heads (HeadOptions::head_mask). A cache
+    /// made before prune_heads no longer fits the layers it pruned: it is refused
+    /// (std::invalid_argument naming the cache and the layer) before anything changes.
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
-                     TensorView<const bool> padding = {});
+                     TensorView<const bool> padding = {}, TensorView<const T> head_mask = {});
     /// input_ids [B, L] (or [L]) -> last_hidden_state [B, L, E] (or [L, E]): decode() into a
     /// fresh cache. padding_mask as decode's.
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
                       TensorView<const bool> padding_mask = {});
+    /// The same with Hugging Face's head_mask and output_attentions (HeadOptions). With
+    /// output_attentions the layers run MultiheadAttention::forward (causal, positions 0..L-1)
+    /// instead of a cache and return each layer's per-head probabilities [B, H, L, L]; that
+    /// needs every padding token after the sequence's real ones (right padding): left padding
+    /// shifts the rotary positions, which only decode() follows, and throws
+    /// std::invalid_argument. Rows of padding queries are not meaningful.
+    ModelOutput<T> forward(TensorView<const std::int64_t> input_ids,
+                           TensorView<const bool> padding_mask, const HeadOptions<T>& heads);
+
+    /// Removes query heads from the weights: `heads` {layer: [head, ...]}, head indices of the
+    /// unpruned model (as BertModel::prune_heads; config().pruned_heads records them). A
+    /// key/value head goes when its whole group of query heads is gone; the groups that remain
+    /// must keep equally many query heads. Afterwards forward and decode give what the unpruned
+    /// model gives with those heads' head_mask at 0; state dict names stay, shapes narrow.
+    /// Caches made before belong to the old shapes (decode refuses them; make a new one).
+    /// Throws std::invalid_argument naming the argument for a layer outside [0, N), a head
+    /// outside [0, H), a head listed twice or pruned before, every remaining head of a layer,
+    /// or groups left unequal; std::logic_error unless the weights are float32 and held (not
+    /// bf16, not a GGUF file's stored blocks); all before anything changes.
+    LlamaModel& prune_heads(const HeadsToPrune& heads);
 
     /// Loads a checkpoint's state dict under `prefix` ("model." for a LlamaForCausalLM's):
     /// load_state_dict(state, prefix, load_rules()), its errors naming this function: strict
@@ -318,6 +358,11 @@ public:
     LlamaCache<T> make_cache(Index batch, Index capacity,
                              Precision cache_precision = Precision::float32) const {
         return model_.make_cache(batch, capacity, cache_precision);
+    }
+    /// See LlamaModel::prune_heads.
+    LlamaForCausalLM& prune_heads(const HeadsToPrune& heads) {
+        model_.prune_heads(heads);
+        return *this;
     }
     /// input_ids [B, T] after the cache's tokens -> logits [B, T, V] (see LlamaModel::decode).
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
@@ -480,16 +525,33 @@ std::vector<ParameterPiece> LlamaDecoderLayer<T>::attention_pieces() const {
             pieces.push_back({std::string(names[i]) + "bias", "in_proj_bias", layout.bias_offset(i),
                               Shape{layout.rows(i)}});
     }
-    pieces.push_back({"self_attn.o_proj.weight", "out_proj.weight", 0, Shape{layout.E, layout.E}});
+    pieces.push_back(
+        {"self_attn.o_proj.weight", "out_proj.weight", 0, Shape{layout.E, layout.inner()}});
     if (bias) pieces.push_back({"self_attn.o_proj.bias", "out_proj.bias", 0, Shape{layout.E}});
     return pieces;
 }
 
 template <class T>
+Tensor<T> LlamaDecoderLayer<T>::forward(TensorView<const T> x, AttentionMasks<T> masks,
+                                        Tensor<T>& attn_weights) {
+    // x [B, L, E]
+    masks.is_causal = true;
+    const Tensor<T> n1 = input_layernorm_.forward(x);
+    AttentionForward<T> a = self_attn_.forward(n1, n1, n1, masks);
+    if (masks.need_weights) attn_weights = std::move(a.attn_weights);  // [B, H, L, L]
+    Tensor<T> h = std::move(a.output);
+    h.matrix() += x.matrix();                                                 // x + Attention(n1)
+    Tensor<T> y = mlp_.forward(post_attention_layernorm_.forward(h)).output;  // [B, L, E]
+    y.matrix() += h.matrix();                                                 // h + MLP(n2)
+    return y;
+}
+
+template <class T>
 Tensor<T> LlamaDecoderLayer<T>::decode(TensorView<const T> x_new, KVCache<T>& cache,
-                                       TensorView<const bool> padding) {
+                                       TensorView<const bool> padding,
+                                       TensorView<const T> head_mask) {
     // x_new [B, T, E]
-    Tensor<T> h = self_attn_.decode(input_layernorm_.forward(x_new), cache, padding);
+    Tensor<T> h = self_attn_.decode(input_layernorm_.forward(x_new), cache, padding, head_mask);
     h.matrix() += x_new.matrix();                                             // x + Attention(n1)
     Tensor<T> y = mlp_.forward(post_attention_layernorm_.forward(h)).output;  // [B, T, E]
     y.matrix() += h.matrix();                                                 // h + MLP(n2)
@@ -517,6 +579,10 @@ const LlamaConfig& LlamaModel<T>::checked(const LlamaConfig& c) {
             fn, "config.num_key_value_heads",
             "must divide num_attention_heads = " + std::to_string(c.num_attention_heads),
             std::to_string(c.num_key_value_heads));
+    // The same checks as prune_heads, on the pruned heads as a list to prune.
+    detail::plan_head_pruning(std::string(fn) + ": config.pruned_heads", c.pruned_heads,
+                              c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+                              {});
     return c;
 }
 
@@ -528,7 +594,28 @@ LlamaModel<T>::LlamaModel(const LlamaConfig& config, Projection projection, unin
     layers_.reserve(static_cast<std::size_t>(config.num_hidden_layers));
     for (Index i = 0; i < config.num_hidden_layers; ++i)
         layers_.emplace_back(config, projection, uninitialized);
+    for (const auto& [layer, heads] : config.pruned_heads)
+        layers_[static_cast<std::size_t>(layer)].self_attn().prune_heads(heads);
     this->eval();
+}
+
+template <class T>
+LlamaModel<T>& LlamaModel<T>::prune_heads(const HeadsToPrune& heads) {
+    const std::string fn = std::string(kName) + "::prune_heads";
+    const auto plan =
+        detail::plan_head_pruning(fn, heads, config_.num_hidden_layers, config_.num_attention_heads,
+                                  config_.num_key_value_heads, config_.pruned_heads);
+    if (plan.empty()) return *this;
+    for (const auto& [layer, now] : plan)
+        layers_[static_cast<std::size_t>(layer)].self_attn().check_not_stored(fn.c_str());
+    if (this->precision() != Precision::float32 || this->float_weights_released())
+        throw std::logic_error(fn +
+                               ": needs the float32 weights (the model computes in bf16 or has "
+                               "released them); with_precision(Precision::float32) first");
+    for (const auto& [layer, now] : plan)
+        layers_[static_cast<std::size_t>(layer)].self_attn().prune_heads(now);
+    detail::record_pruned_heads(config_.pruned_heads, heads);
+    return *this;
 }
 
 template <class T>
@@ -552,7 +639,7 @@ LlamaCache<T> LlamaModel<T>::make_cache(Index batch, Index capacity,
 
 template <class T>
 Tensor<T> LlamaModel<T>::decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
-                                TensorView<const bool> padding) {
+                                TensorView<const bool> padding, TensorView<const T> head_mask) {
     constexpr const char* fn = "headwise::models::LlamaModel::decode";
     if (input_ids.rank() != 2) throw shape_error(fn, "input_ids", "[B, T]", input_ids.shape());
     const Index B = input_ids.size(0), Tn = input_ids.size(1);
@@ -572,9 +659,30 @@ Tensor<T> LlamaModel<T>::decode(TensorView<const std::int64_t> input_ids, LlamaC
                                std::to_string(Tn) + " new tokens");
     const bool padded = padding.data() != nullptr && padding.numel() > 0;
     if (padded) headwise::detail::check_shape(fn, "padding", padding.shape(), input_ids.shape());
+    // Each layer's cache against its attention, so that no layer appends before a later one
+    // refuses (a cache made before prune_heads has the old key/value heads).
+    std::vector<Index> heads_per_layer;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const MultiheadAttention<T>& a = layers_[i].self_attn();
+        const KVCache<T>& c = cache.layers[i];
+        if (c.num_kv_heads() != a.num_kv_heads() || c.head_dim() != a.head_dim() ||
+            c.batch() != B || c.size() != cache.size() || c.capacity() != cache.capacity())
+            throw_invalid_argument(
+                fn, "cache.layers[" + std::to_string(i) + "]",
+                "a cache for " + std::to_string(a.num_kv_heads()) + " key/value heads of " +
+                    std::to_string(a.head_dim()) + " features, " + std::to_string(B) +
+                    " sequences and the other layers' size (make_cache after prune_heads)",
+                std::to_string(c.num_kv_heads()) + " key/value heads, batch " +
+                    std::to_string(c.batch()) + ", size " + std::to_string(c.size()));
+        heads_per_layer.push_back(a.num_heads());
+    }
+    detail::check_model_head_mask(fn, head_mask, heads_per_layer);
     Tensor<T> x = embed_tokens_.forward(input_ids);  // [B, T, E], checks the ids
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-        x = layers_[i].decode(x, cache.layers[i], padded ? padding : TensorView<const bool>{});
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const Tensor<T> gates = detail::layer_head_mask(head_mask, static_cast<Index>(i));  // [H]
+        x = layers_[i].decode(x, cache.layers[i], padded ? padding : TensorView<const bool>{},
+                              gates.numel() > 0 ? gates.view() : TensorView<const T>{});
+    }
     return norm_.forward(x);
 }
 
@@ -596,6 +704,74 @@ Tensor<T> LlamaModel<T>::forward(TensorView<const std::int64_t> input_ids,
                          padded ? padding_mask.reshape(bl) : TensorView<const bool>{});
     if (!batched) y = std::move(y).reshape(Shape{L, config_.hidden_size});
     return y;
+}
+
+template <class T>
+ModelOutput<T> LlamaModel<T>::forward(TensorView<const std::int64_t> input_ids,
+                                      TensorView<const bool> padding_mask,
+                                      const HeadOptions<T>& heads) {
+    constexpr const char* fn = "headwise::models::LlamaModel::forward";
+    ModelOutput<T> out;
+    if (!heads.output_attentions) {
+        if (input_ids.rank() != 1 && input_ids.rank() != 2)
+            throw shape_error(fn, "input_ids", "[B, L] or [L]", input_ids.shape());
+        const bool batched = input_ids.rank() == 2;
+        const Index B = batched ? input_ids.size(0) : 1, L = input_ids.size(-1);
+        const bool padded = padding_mask.data() != nullptr && padding_mask.numel() > 0;
+        if (padded)
+            headwise::detail::check_shape(fn, "padding_mask", padding_mask.shape(),
+                                          input_ids.shape());
+        if (L == 0) throw shape_error(fn, "input_ids", "at least one token", input_ids.shape());
+        LlamaCache<T> cache = make_cache(B, L);
+        const Shape bl{B, L};
+        out.last_hidden_state =
+            decode(input_ids.reshape(bl), cache,
+                   padded ? padding_mask.reshape(bl) : TensorView<const bool>{}, heads.head_mask);
+        if (!batched)
+            out.last_hidden_state =
+                std::move(out.last_hidden_state).reshape(Shape{L, config_.hidden_size});
+        return out;
+    }
+    if (input_ids.rank() != 1 && input_ids.rank() != 2)
+        throw shape_error(fn, "input_ids", "[B, L] or [L]", input_ids.shape());
+    const bool batched = input_ids.rank() == 2;
+    const Index B = batched ? input_ids.size(0) : 1, L = input_ids.size(-1);
+    if (L == 0) throw shape_error(fn, "input_ids", "at least one token", input_ids.shape());
+    const bool padded = padding_mask.data() != nullptr && padding_mask.numel() > 0;
+    if (padded)
+        headwise::detail::check_shape(fn, "padding_mask", padding_mask.shape(), input_ids.shape());
+    std::vector<Index> heads_per_layer;
+    for (const LlamaDecoderLayer<T>& l : layers_)
+        heads_per_layer.push_back(l.self_attn().num_heads());
+    detail::check_model_head_mask(fn, heads.head_mask, heads_per_layer);
+    AttentionMasks<T> masks;
+    masks.need_weights = true;
+    masks.average_attn_weights = false;  // each head's: [B, H, L, L]
+    if (padded) {
+        // Positions 0..L-1 are the real tokens' positions only when no padding precedes them.
+        for (Index b = 0; b < B; ++b)
+            for (Index t = 1; t < L; ++t)
+                if (padding_mask.data()[b * L + t - 1] && !padding_mask.data()[b * L + t])
+                    throw_invalid_argument(
+                        fn, "padding_mask",
+                        "padding after each sequence's tokens only with output_attentions "
+                        "(left padding shifts the rotary positions; use decode)",
+                        "padding before token " + std::to_string(t) + " of sequence " +
+                            std::to_string(b));
+        masks.key_padding_mask = Tensor<bool>(Shape{B, L});
+        std::copy_n(padding_mask.data(), B * L, masks.key_padding_mask.data());
+    }
+    Tensor<T> x = embed_tokens_.forward(input_ids.reshape(Shape{B, L}));  // [B, L, E]
+    out.attentions.resize(layers_.size());
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
+        x = layers_[i].forward(x, masks, out.attentions[i]);
+    }
+    out.last_hidden_state = norm_.forward(x);
+    if (!batched)
+        out.last_hidden_state =
+            std::move(out.last_hidden_state).reshape(Shape{L, config_.hidden_size});
+    return out;
 }
 
 template <class T>
