@@ -274,9 +274,9 @@ TEST_CASE("from_pretrained names the file and the entry on errors", "[llama]") {
             CHECK_THAT(e.what(), ContainsSubstring(d + "/config.json") && ContainsSubstring(key));
         }
     };
-    refused("\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"", "rope_parameters");
+    refused("\"rope_type\": \"linear\"", "\"rope_type\": \"longrope\"", "rope_parameters");
     refused("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act");
-    refused("\"head_dim\": 16", "\"head_dim\": 32", "head_dim");
+    refused("\"head_dim\": 16", "\"head_dim\": 15", "head_dim");
     refused("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "num_key_value_heads");
     refused("\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"", "model_type");
 }

@@ -293,13 +293,13 @@ TEST_CASE("from_gguf refuses metadata it does not support, naming the key and th
     };
     const std::vector<Case> cases = {
         {"architecture",
-         [](GgufParts& p) { p.set("general.architecture", GgufValue::string("qwen2")); },
-         "general.architecture: only \"llama\" is read by LlamaForCausalLM, got the STRING "
-         "'qwen2'"},
+         [](GgufParts& p) { p.set("general.architecture", GgufValue::string("gpt2")); },
+         "general.architecture: only \"llama\" and \"qwen2\" are read by LlamaForCausalLM, got "
+         "the STRING 'gpt2'"},
         {"rope_scaling",
          [](GgufParts& p) { p.set("llama.rope.scaling.type", GgufValue::string("yarn")); },
-         "llama.rope.scaling.type: only \"none\" and \"linear\" rope scaling are supported, got "
-         "the STRING 'yarn'"},
+         "llama.rope.scaling.type: only \"none\" and \"linear\" rope scaling are read from GGUF "
+         "files, got the STRING 'yarn'"},
         {"missing_key", [](GgufParts& p) { p.erase("llama.embedding_length"); },
          "llama.embedding_length: missing (a Llama GGUF file has it)"},
         {"per_layer_heads",
@@ -312,8 +312,8 @@ TEST_CASE("from_gguf refuses metadata it does not support, naming the key and th
          "ARRAY of 2"},
         {"rope_dims",
          [](GgufParts& p) { p.set("llama.rope.dimension_count", GgufValue::uint32(4)); },
-         "llama.rope.dimension_count: only the head dimension llama.embedding_length / "
-         "head_count = 8 is supported, got 4"},
+         "llama.rope.dimension_count: only the head dimension 8 (attention.key_length, or "
+         "embedding_length / head_count) is supported, got 4"},
         {"experts", [](GgufParts& p) { p.set("llama.expert_count", GgufValue::uint32(8)); },
          "llama.expert_count: mixture-of-experts models are not supported, got the UINT32 8"},
         {"eps",

@@ -118,6 +118,7 @@ TEST_CASE("Llama: an odd head dimension names config.json", "[models][llama][fil
     const std::string d = dir.path().string();
     // 64 heads of hidden_size 64: heads of 1 feature, which RoPE cannot rotate.
     copy_model(headwise::test::llama_dir("tied"), dir, "num_attention_heads", "64");
+    set_key(dir, "head_dim", "null");  // (else head_dim 16 is the head dimension)
     CHECK_THROWS_MATCHES(
         LlamaForCausalLM<float>::from_pretrained(d), std::runtime_error,
         Message("headwise::models::LlamaConfig::from_json_file: " + d +
@@ -226,8 +227,9 @@ TEST_CASE("hostile config.json values give bounded messages", "[models][files]")
     write_text(dir.file("config.json"), config);
     CHECK_THROWS_MATCHES(LlamaForCausalLM<float>::from_pretrained(d), std::runtime_error,
                          Message("headwise::models::LlamaConfig::from_json_file: " + d +
-                                 "/config.json: rope_parameters: only the \"default\" and "
-                                 "\"linear\" rope types are supported, got an object of 1 key"));
+                                 "/config.json: rope_parameters: only the \"default\", "
+                                 "\"linear\", \"llama3\", \"dynamic\" and \"yarn\" rope types "
+                                 "are supported, got an object of 1 key"));
 }
 
 #ifdef HEADWISE_TEST_SENTENCE

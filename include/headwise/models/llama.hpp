@@ -12,7 +12,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>  // std::copy_n
-#include <cmath>      // std::isfinite
+#include <cmath>      // std::isfinite, std::log
 #include <cstdint>    // std::int64_t
 #include <map>        // std::map
 #include <optional>   // std::optional
@@ -65,11 +65,14 @@ struct LlamaConfig {
     Index num_hidden_layers = 32;          // N
     Index num_attention_heads = 32;        // H
     Index num_key_value_heads = 32;        // Hkv (grouped-query attention when < H)
+    Index head_dim = 0;                    // D; 0: E / H (set: H D may differ from E)
     Index max_position_embeddings = 2048;  // longest sequence the model was trained for
     double rms_norm_eps = 1e-6;
     double rope_theta = 10000.0;
     double rope_scaling_factor = 1.0;         // rope_scaling {"rope_type": "linear", "factor": f}
-    bool attention_bias = false;              // biases on q/k/v/o_proj
+    RopeScaling rope_scaling;                 // rope_type "llama3", "dynamic" or "yarn"
+    bool attention_bias = false;              // biases on q/k/v_proj (and o_proj: o_proj_bias)
+    bool o_proj_bias = true;                  // with attention_bias, o_proj's too (Qwen2: false)
     bool mlp_bias = false;                    // biases on gate/up/down_proj
     bool tie_word_embeddings = false;         // lm_head shares embed_tokens.weight
     std::vector<std::int64_t> eos_token_ids;  // eos_token_id, an integer or a list
@@ -84,25 +87,34 @@ struct LlamaConfig {
     std::map<Index, std::vector<Index>> pruned_heads;
 
     /// Reads config.json, of transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters).
-    /// Throws std::runtime_error naming the file and the key that is missing, of the wrong type
-    /// or out of range, or that asks for what this decoder does not do: a model_type other than
-    /// "llama", a hidden_act other than "silu", a head_dim other than hidden_size /
-    /// num_attention_heads, a rope type other than "default" and "linear".
+    /// model_type "llama" or "qwen2" (attention_bias then q/k/v only, use_sliding_window false);
+    /// head_dim, when present, is the head dimension (the inner width H head_dim may differ from
+    /// hidden_size); rope types "default", "linear", "llama3" (factor, low_freq_factor,
+    /// high_freq_factor, original_max_position_embeddings), "dynamic" (factor; the original
+    /// length is max_position_embeddings) and "yarn" (factor, or max_position_embeddings /
+    /// original_max_position_embeddings; attention_factor, or 0.1 ln(factor) + 1, or
+    /// mscale/mscale_all_dim's ratio; beta_fast, beta_slow, truncate), with Hugging Face's
+    /// defaults. Throws std::runtime_error naming the file and the key that is missing, of the
+    /// wrong type or out of range, or that asks for what this decoder does not do: another
+    /// model_type, a hidden_act other than "silu", an odd head dimension, another rope type (named
+    /// with its value), a Qwen2 sliding window.
     static LlamaConfig from_json_file(const std::string& path);
 
     /// Reads the metadata of a llama.cpp GGUF file (llama_gguf.hpp): general.architecture must
-    /// be "llama"; llama.embedding_length, block_count, feed_forward_length, context_length,
-    /// attention.head_count and attention.layer_norm_rms_epsilon are required;
-    /// attention.head_count_kv (default head_count), rope.freq_base (default 10000),
-    /// rope.dimension_count, attention.key_length and value_length (each, when present, the head
-    /// dimension), rope.scaling.type ("none" or "linear", with rope.scaling.factor), vocab_size
-    /// (else the length of tokenizer.ggml.tokens), tokenizer.ggml.bos_token_id and eos_token_id
-    /// are read. tie_word_embeddings is true when the file has no output.weight, attention_bias
-    /// when it has blk.0.attn_q.bias, mlp_bias when it has blk.0.ffn_up.bias. Throws
-    /// std::runtime_error naming this function, the file, the key and the value for a key
-    /// missing, of the wrong type or out of range, or asking for what this decoder does not do
-    /// (another architecture, rope scaling other than linear, experts, a head dimension other
-    /// than embedding_length / head_count).
+    /// be "llama" or "qwen2" (its keys' prefix <arch>, and model_type); <arch>.embedding_length,
+    /// block_count, feed_forward_length, context_length, attention.head_count and
+    /// attention.layer_norm_rms_epsilon are required; attention.head_count_kv (default
+    /// head_count), rope.freq_base (default 10000), attention.key_length (the head dimension,
+    /// default embedding_length / head_count; head_dim when it differs), value_length and
+    /// rope.dimension_count (each, when present, equal to it), rope.scaling.type ("none" or
+    /// "linear", with rope.scaling.factor), vocab_size (else the length of
+    /// tokenizer.ggml.tokens), tokenizer.ggml.bos_token_id and eos_token_id are read.
+    /// tie_word_embeddings is true when the file has no output.weight, attention_bias when it has
+    /// blk.0.attn_q.bias (o_proj_bias when it has blk.0.attn_output.bias), mlp_bias when it has
+    /// blk.0.ffn_up.bias. Throws std::runtime_error naming this function, the file, the key and
+    /// the value for a key missing, of the wrong type or out of range, or asking for what this
+    /// decoder does not do (another architecture, rope scaling other than linear, experts, value
+    /// or rotary dimensions other than the key dimension).
     static LlamaConfig from_gguf(const io::GgufFile& file);
 };
 
@@ -121,8 +133,8 @@ class LlamaDecoderLayer : public Module<LlamaDecoderLayer<T>, T> {
 public:
     static constexpr const char* kName = "headwise::models::LlamaDecoderLayer";
 
-    /// The feed-forward Linears allocated but not written (headwise::uninitialized), the
-    /// attention with its own initial weights: load the checkpoint's next.
+    /// The attention and the feed-forward Linears allocated but not written
+    /// (headwise::uninitialized): load the checkpoint's next.
     LlamaDecoderLayer(const LlamaConfig& config, Projection projection, uninitialized_t);
 
     /// x_new [B, T, E] -> [B, T, E]: the new tokens over the cached ones and themselves;
@@ -171,6 +183,7 @@ private:
     MultiheadAttention<T> self_attn_;
     RMSNorm<T> post_attention_layernorm_;
     SwiGLU<T> mlp_;
+    bool o_proj_bias_ = true;  // with the attention's biases, o_proj's declared (Qwen2: not, zero)
 };
 
 /// One KV cache per layer of a LlamaModel, for a batch of sequences (LlamaModel::make_cache).
@@ -409,7 +422,13 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     const headwise::detail::ConfigFile file("headwise::models::LlamaConfig::from_json_file", path);
     const nlohmann::json& j = file.json();
     LlamaConfig c;
-    file.expect_string("model_type", "llama");
+    if (const auto it = j.find("model_type"); it != j.end() && !it->is_null()) {
+        if (*it != "llama" && *it != "qwen2")
+            file.fail("model_type", "expected \"llama\" or \"qwen2\", got " +
+                                        headwise::detail::describe_json(*it));
+        c.model_type = it->get<std::string>();
+    }
+    const bool qwen2 = c.model_type == "qwen2";
     file.integer("vocab_size", c.vocab_size, true, 1);
     file.integer("hidden_size", c.hidden_size, true, 1);
     file.integer("intermediate_size", c.intermediate_size, true, 1);
@@ -418,26 +437,47 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
     c.num_key_value_heads = c.num_attention_heads;
     file.integer("num_key_value_heads", c.num_key_value_heads, false, 1);
     file.integer("max_position_embeddings", c.max_position_embeddings, false, 1);
-    file.check_heads_divide(c.hidden_size, c.num_attention_heads);
-    if (const Index D = c.hidden_size / c.num_attention_heads; D % 2 != 0)
-        file.fail("num_attention_heads", "the head dimension hidden_size / num_attention_heads = " +
-                                             std::to_string(c.hidden_size) + " / " +
-                                             std::to_string(c.num_attention_heads) + " = " +
-                                             std::to_string(D) +
-                                             " must be even (RoPE rotates pairs of features)");
+    // head_dim (Qwen3, Gemma, Llama configs of transformers >= 4.45): the inner width H D may
+    // differ from hidden_size; without it D = hidden_size / num_attention_heads.
+    file.integer("head_dim", c.head_dim, false, 1);
+    if (c.head_dim == 0) {
+        file.check_heads_divide(c.hidden_size, c.num_attention_heads);
+        if (const Index D = c.hidden_size / c.num_attention_heads; D % 2 != 0)
+            file.fail("num_attention_heads",
+                      "the head dimension hidden_size / num_attention_heads = " +
+                          std::to_string(c.hidden_size) + " / " +
+                          std::to_string(c.num_attention_heads) + " = " + std::to_string(D) +
+                          " must be even (RoPE rotates pairs of features)");
+    } else if (c.head_dim % 2 != 0) {
+        file.fail("head_dim", "must be even (RoPE rotates pairs of features), got " +
+                                  std::to_string(c.head_dim));
+    }
     if (c.num_attention_heads % c.num_key_value_heads != 0)
         file.fail("num_key_value_heads",
                   "must divide num_attention_heads = " + std::to_string(c.num_attention_heads) +
                       ", got " + std::to_string(c.num_key_value_heads));
-    if (const auto it = j.find("head_dim"); it != j.end() && !it->is_null()) {
-        const Index D = c.hidden_size / c.num_attention_heads;
-        if (!it->is_number_integer() || it->get<std::int64_t>() != D)
-            file.fail("head_dim", "only hidden_size / num_attention_heads = " + std::to_string(D) +
-                                      " is supported, got " + headwise::detail::describe_json(*it));
-    }
     file.number("rms_norm_eps", c.rms_norm_eps, 0.0, false);
     file.expect_string("hidden_act", "silu");
-    file.boolean("attention_bias", c.attention_bias);
+    if (qwen2) {  // Qwen2Attention: q/k/v_proj with biases, o_proj without
+        c.attention_bias = true;
+        c.o_proj_bias = false;
+        bool sliding = false;
+        file.boolean("use_sliding_window", sliding);
+        if (sliding)
+            file.fail("use_sliding_window", "sliding-window attention is not supported, got true");
+    } else {
+        if (qwen2) {  // Qwen2Attention: q/k/v_proj with biases, o_proj without
+            c.attention_bias = true;
+            c.o_proj_bias = false;
+            bool sliding = false;
+            file.boolean("use_sliding_window", sliding);
+            if (sliding)
+                file.fail("use_sliding_window",
+                          "sliding-window attention is not supported, got true");
+        } else {
+            file.boolean("attention_bias", c.attention_bias);
+        }
+    }
     file.boolean("mlp_bias", c.mlp_bias);
     file.boolean("tie_word_embeddings", c.tie_word_embeddings);
 
@@ -458,12 +498,70 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
         const std::string kind = type == scaling->end()
                                      ? "default"
                                      : (type->is_string() ? type->get<std::string>() : "");
+        const auto has = [&](const char* key) {
+            const auto it = scaling->find(key);
+            return it != scaling->end() && !it->is_null();
+        };
+        const auto required = [&](const char* key) {
+            if (!has(key))
+                file.fail(scaling_key, std::string(key) + " missing (rope type " + kind + ")");
+        };
+        RopeScaling& s = c.rope_scaling;
+        const auto original_length = [&] {
+            // Hugging Face's default: max_position_embeddings.
+            s.original_max_position = c.max_position_embeddings;
+            if (const auto it = scaling->find("original_max_position_embeddings");
+                it != scaling->end() && !it->is_null()) {
+                if (!it->is_number_integer() || it->get<std::int64_t>() < 1)
+                    file.fail(
+                        "original_max_position_embeddings",
+                        "expected a positive integer, got " + headwise::detail::describe_json(*it));
+                s.original_max_position = it->get<Index>();
+            }
+        };
         if (kind == "linear") {
-            if (scaling->find("factor") == scaling->end()) file.fail(scaling_key, "factor missing");
+            required("factor");
             file.number(*scaling, "factor", c.rope_scaling_factor, 1.0, false);
+        } else if (kind == "llama3") {
+            for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"}) required(key);
+            s.type = RopeScalingType::llama3;
+            file.number(*scaling, "factor", s.factor, 1.0, false);
+            file.number(*scaling, "low_freq_factor", s.low_freq_factor, 0.0, true);
+            file.number(*scaling, "high_freq_factor", s.high_freq_factor, s.low_freq_factor, true);
+            original_length();
+        } else if (kind == "dynamic") {
+            required("factor");
+            s.type = RopeScalingType::dynamic;
+            file.number(*scaling, "factor", s.factor, 1.0, false);
+            s.original_max_position = c.max_position_embeddings;
+        } else if (kind == "yarn") {
+            s.type = RopeScalingType::yarn;
+            original_length();
+            s.factor = static_cast<double>(c.max_position_embeddings) /
+                       static_cast<double>(s.original_max_position);
+            file.number(*scaling, "factor", s.factor, 1.0, false);
+            // attention_factor, else Hugging Face's get_mscale: 0.1 mscale ln(factor) + 1.
+            const auto mscale = [&](double m) {
+                return s.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0;
+            };
+            double m = 0.0, m_all = 0.0;
+            file.number(*scaling, "mscale", m, 0.0, false);
+            file.number(*scaling, "mscale_all_dim", m_all, 0.0, false);
+            s.attention_factor = m != 0.0 && m_all != 0.0 ? mscale(m) / mscale(m_all) : mscale(1.0);
+            file.number(*scaling, "attention_factor", s.attention_factor, 0.0, true);
+            file.number(*scaling, "beta_fast", s.beta_fast, 0.0, true);
+            file.number(*scaling, "beta_slow", s.beta_slow, 0.0, true);
+            if (has("truncate")) {
+                if (!(*scaling)["truncate"].is_boolean())
+                    file.fail("truncate",
+                              "expected true or false, got " +
+                                  headwise::detail::describe_json((*scaling)["truncate"]));
+                s.truncate = (*scaling)["truncate"].get<bool>();
+            }
         } else if (kind != "default") {
             file.fail(scaling_key,
-                      "only the \"default\" and \"linear\" rope types are supported, got " +
+                      "only the \"default\", \"linear\", \"llama3\", \"dynamic\" and \"yarn\" "
+                      "rope types are supported, got " +
                           headwise::detail::describe_json(*type));
         }
     }
@@ -498,6 +596,8 @@ MultiheadAttentionOptions LlamaDecoderLayer<T>::attention_options(const LlamaCon
     o.rotary.theta = c.rope_theta;
     o.rotary.convention = RopeConvention::rotate_half;
     o.rotary.scaling_factor = c.rope_scaling_factor;
+    o.rotary.scaling = c.rope_scaling;
+    o.head_dim = c.head_dim;
     return o;
 }
 
@@ -505,9 +605,10 @@ template <class T>
 LlamaDecoderLayer<T>::LlamaDecoderLayer(const LlamaConfig& c, Projection projection,
                                         uninitialized_t)
     : input_layernorm_(c.hidden_size, c.rms_norm_eps),
-      self_attn_(attention_options(c, projection), 0),
+      self_attn_(attention_options(c, projection), uninitialized),
       post_attention_layernorm_(c.hidden_size, c.rms_norm_eps),
-      mlp_(c.hidden_size, c.intermediate_size, c.mlp_bias, uninitialized) {
+      mlp_(c.hidden_size, c.intermediate_size, c.mlp_bias, uninitialized),
+      o_proj_bias_(c.o_proj_bias) {
     self_attn_.eval();
 }
 
@@ -527,7 +628,8 @@ std::vector<ParameterPiece> LlamaDecoderLayer<T>::attention_pieces() const {
     }
     pieces.push_back(
         {"self_attn.o_proj.weight", "out_proj.weight", 0, Shape{layout.E, layout.inner()}});
-    if (bias) pieces.push_back({"self_attn.o_proj.bias", "out_proj.bias", 0, Shape{layout.E}});
+    if (bias && o_proj_bias_)
+        pieces.push_back({"self_attn.o_proj.bias", "out_proj.bias", 0, Shape{layout.E}});
     return pieces;
 }
 
@@ -570,7 +672,10 @@ const LlamaConfig& LlamaModel<T>::checked(const LlamaConfig& c) {
     positive("config.num_hidden_layers", c.num_hidden_layers);
     positive("config.num_attention_heads", c.num_attention_heads);
     positive("config.num_key_value_heads", c.num_key_value_heads);
-    if (c.hidden_size % c.num_attention_heads != 0)
+    if (c.head_dim < 0)
+        throw_invalid_argument(fn, "config.head_dim", "must be 0 or positive",
+                               std::to_string(c.head_dim));
+    if (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0)
         throw_invalid_argument(fn, "config.num_attention_heads",
                                "must divide hidden_size = " + std::to_string(c.hidden_size),
                                std::to_string(c.num_attention_heads));

@@ -40,11 +40,16 @@ struct LlamaGgufTensor {
     Index permuted_heads = 0;
 };
 
-/// The tensors a Llama GGUF file holds for `c`, in the order of llama.cpp's converter
-/// (llama.cpp's tensor-name table for LLM_ARCH_LLAMA).
+/// The tensors a Llama (or Qwen2) GGUF file holds for `c`, in the order of llama.cpp's converter
+/// (llama.cpp's tensor-name table for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2). Only "llama"'s q and k
+/// rows are permuted.
 inline std::vector<LlamaGgufTensor> llama_gguf_tensors(const LlamaConfig& c) {
     const Index E = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-    const Index kv = c.num_key_value_heads * (E / c.num_attention_heads);
+    const Index D = c.head_dim > 0 ? c.head_dim : E / c.num_attention_heads;
+    const Index q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+    const bool permuted = c.model_type == "llama";
+    const Index Hq = permuted ? c.num_attention_heads : 0,
+                Hk = permuted ? c.num_key_value_heads : 0;
     std::vector<LlamaGgufTensor> t;
     t.push_back({"token_embd.weight", "model.embed_tokens.weight", Shape{V, E}, 0});
     for (Index n = 0; n < c.num_hidden_layers; ++n) {
@@ -54,15 +59,15 @@ inline std::vector<LlamaGgufTensor> llama_gguf_tensors(const LlamaConfig& c) {
             t.push_back({b + gguf, m + hf, std::move(shape), heads});
         };
         add("attn_norm.weight", "input_layernorm.weight", Shape{E}, 0);
-        add("attn_q.weight", "self_attn.q_proj.weight", Shape{E, E}, c.num_attention_heads);
-        add("attn_k.weight", "self_attn.k_proj.weight", Shape{kv, E}, c.num_key_value_heads);
+        add("attn_q.weight", "self_attn.q_proj.weight", Shape{q, E}, Hq);
+        add("attn_k.weight", "self_attn.k_proj.weight", Shape{kv, E}, Hk);
         add("attn_v.weight", "self_attn.v_proj.weight", Shape{kv, E}, 0);
-        add("attn_output.weight", "self_attn.o_proj.weight", Shape{E, E}, 0);
+        add("attn_output.weight", "self_attn.o_proj.weight", Shape{E, q}, 0);
         if (c.attention_bias) {
-            add("attn_q.bias", "self_attn.q_proj.bias", Shape{E}, c.num_attention_heads);
-            add("attn_k.bias", "self_attn.k_proj.bias", Shape{kv}, c.num_key_value_heads);
+            add("attn_q.bias", "self_attn.q_proj.bias", Shape{q}, Hq);
+            add("attn_k.bias", "self_attn.k_proj.bias", Shape{kv}, Hk);
             add("attn_v.bias", "self_attn.v_proj.bias", Shape{kv}, 0);
-            add("attn_output.bias", "self_attn.o_proj.bias", Shape{E}, 0);
+            if (c.o_proj_bias) add("attn_output.bias", "self_attn.o_proj.bias", Shape{E}, 0);
         }
         add("ffn_norm.weight", "post_attention_layernorm.weight", Shape{E}, 0);
         add("ffn_gate.weight", "mlp.gate_proj.weight", Shape{I, E}, 0);
@@ -211,70 +216,78 @@ inline LlamaConfig LlamaConfig::from_gguf(const io::GgufFile& file) {
     const detail::LlamaGgufKeys keys(file);
     const io::GgufValue* arch = keys.find("general.architecture");
     if (arch == nullptr) keys.fail("general.architecture", "missing (GGUF files name it)");
-    if (arch->type() != io::GgufValueType::string || arch->as_string() != "llama")
-        keys.fail("general.architecture", "only \"llama\" is read by LlamaForCausalLM, got " +
-                                              detail::describe_gguf_value(*arch));
+    if (arch->type() != io::GgufValueType::string ||
+        (arch->as_string() != "llama" && arch->as_string() != "qwen2"))
+        keys.fail("general.architecture",
+                  "only \"llama\" and \"qwen2\" are read by LlamaForCausalLM, got " +
+                      detail::describe_gguf_value(*arch));
     LlamaConfig c;
-    c.hidden_size = keys.count("llama.embedding_length", true);
-    c.num_hidden_layers = keys.count("llama.block_count", true);
-    c.intermediate_size = keys.count("llama.feed_forward_length", true);
-    c.max_position_embeddings = keys.count("llama.context_length", true);
-    c.num_attention_heads = keys.count("llama.attention.head_count", true);
-    c.num_key_value_heads =
-        keys.count("llama.attention.head_count_kv", false, c.num_attention_heads);
-    c.rms_norm_eps = keys.number("llama.attention.layer_norm_rms_epsilon", true, 0.0, 0.0, false);
-    c.rope_theta = keys.number("llama.rope.freq_base", false, 10000.0, 1.0, true);
+    c.model_type = arch->as_string();
+    const std::string a = c.model_type + ".";  // the keys' prefix: llama.*, qwen2.*
+    c.hidden_size = keys.count(a + "embedding_length", true);
+    c.num_hidden_layers = keys.count(a + "block_count", true);
+    c.intermediate_size = keys.count(a + "feed_forward_length", true);
+    c.max_position_embeddings = keys.count(a + "context_length", true);
+    c.num_attention_heads = keys.count(a + "attention.head_count", true);
+    c.num_key_value_heads = keys.count(a + "attention.head_count_kv", false, c.num_attention_heads);
+    c.rms_norm_eps = keys.number(a + "attention.layer_norm_rms_epsilon", true, 0.0, 0.0, false);
+    c.rope_theta = keys.number(a + "rope.freq_base", false, 10000.0, 1.0, true);
 
     const Index H = c.num_attention_heads, E = c.hidden_size;
-    if (E % H != 0)
-        keys.fail("llama.attention.head_count",
-                  "must divide llama.embedding_length = " + std::to_string(E) + ", got " +
-                      std::to_string(H));
-    const Index D = E / H;
+    // The head dimension: attention.key_length when present (it may differ from E / H), else
+    // embedding_length / head_count.
+    const bool has_key_length = keys.find(a + "attention.key_length") != nullptr;
+    if (!has_key_length && E % H != 0)
+        keys.fail(a + "attention.head_count",
+                  "must divide " + a + "embedding_length = " + std::to_string(E) +
+                      " (there is no " + a + "attention.key_length), got " + std::to_string(H));
+    const Index D = has_key_length ? keys.count(a + "attention.key_length", true) : E / H;
+    if (D != E / H || E % H != 0) c.head_dim = D;
     if (D % 2 != 0)
-        keys.fail("llama.attention.head_count",
-                  "the head dimension llama.embedding_length / head_count = " + std::to_string(D) +
+        keys.fail(has_key_length ? a + "attention.key_length" : a + "attention.head_count",
+                  "the head dimension " + std::to_string(D) +
                       " must be even (RoPE rotates pairs of features)");
     if (H % c.num_key_value_heads != 0)
-        keys.fail("llama.attention.head_count_kv",
-                  "must divide llama.attention.head_count = " + std::to_string(H) + ", got " +
+        keys.fail(a + "attention.head_count_kv",
+                  "must divide " + a + "attention.head_count = " + std::to_string(H) + ", got " +
                       std::to_string(c.num_key_value_heads));
-    for (const char* key : {"llama.rope.dimension_count", "llama.attention.key_length",
-                            "llama.attention.value_length"})
+    for (const std::string& key : {a + "rope.dimension_count", a + "attention.value_length"})
         if (const Index n = keys.count(key, false, D); n != D)
-            keys.fail(key, "only the head dimension llama.embedding_length / head_count = " +
-                               std::to_string(D) + " is supported, got " + std::to_string(n));
-    if (const io::GgufValue* experts = keys.find("llama.expert_count"))
+            keys.fail(key, "only the head dimension " + std::to_string(D) +
+                               " (attention.key_length, or embedding_length / head_count) is "
+                               "supported, got " +
+                               std::to_string(n));
+    if (const io::GgufValue* experts = keys.find(a + "expert_count"))
         if (!detail::LlamaGgufKeys::is_integer(*experts) || experts->as_int() != 0)
-            keys.fail("llama.expert_count", "mixture-of-experts models are not supported, got " +
-                                                detail::describe_gguf_value(*experts));
+            keys.fail(a + "expert_count", "mixture-of-experts models are not supported, got " +
+                                              detail::describe_gguf_value(*experts));
 
-    // RoPE scaling: llama.cpp's rope.scaling.type, or the older rope.scale_linear.
-    if (const io::GgufValue* type = keys.find("llama.rope.scaling.type")) {
+    // RoPE scaling: llama.cpp's rope.scaling.type, or the older rope.scale_linear. (llama.cpp's
+    // converter writes Llama 3.1's scaling as a rope_freqs.weight tensor, which from_gguf refuses
+    // by name as a tensor a Llama model does not have.)
+    if (const io::GgufValue* type = keys.find(a + "rope.scaling.type")) {
         const bool text = type->type() == io::GgufValueType::string;
         const std::string kind = text ? type->as_string() : std::string();
         if (kind == "linear") {
-            c.rope_scaling_factor = keys.number("llama.rope.scaling.factor", true, 1.0, 1.0, true);
+            c.rope_scaling_factor = keys.number(a + "rope.scaling.factor", true, 1.0, 1.0, true);
         } else if (kind != "none") {
-            keys.fail("llama.rope.scaling.type",
-                      "only \"none\" and \"linear\" rope scaling are supported, got " +
+            keys.fail(a + "rope.scaling.type",
+                      "only \"none\" and \"linear\" rope scaling are read from GGUF files, got " +
                           detail::describe_gguf_value(*type));
         }
-    } else if (keys.find("llama.rope.scale_linear") != nullptr) {
-        c.rope_scaling_factor = keys.number("llama.rope.scale_linear", true, 1.0, 1.0, true);
+    } else if (keys.find(a + "rope.scale_linear") != nullptr) {
+        c.rope_scaling_factor = keys.number(a + "rope.scale_linear", true, 1.0, 1.0, true);
     }
-
-    if (keys.find("llama.vocab_size") != nullptr) {
-        c.vocab_size = keys.count("llama.vocab_size", true);
+    if (keys.find(a + "vocab_size") != nullptr) {
+        c.vocab_size = keys.count(a + "vocab_size", true);
     } else if (const io::GgufValue* tokens = keys.find("tokenizer.ggml.tokens")) {
         if (tokens->type() != io::GgufValueType::array || tokens->size() == 0)
-            keys.fail("tokenizer.ggml.tokens",
-                      "expected a non-empty ARRAY (the vocabulary, as llama.vocab_size is "
-                      "missing), got " +
-                          detail::describe_gguf_value(*tokens));
+            keys.fail("tokenizer.ggml.tokens", "expected a non-empty ARRAY (the vocabulary, as " +
+                                                   a + "vocab_size is missing), got " +
+                                                   detail::describe_gguf_value(*tokens));
         c.vocab_size = static_cast<Index>(tokens->size());
     } else {
-        keys.fail("llama.vocab_size", "missing, and so is tokenizer.ggml.tokens");
+        keys.fail(a + "vocab_size", "missing, and so is tokenizer.ggml.tokens");
     }
     const auto token = [&](const char* key) -> std::optional<std::int64_t> {
         const io::GgufValue* v = keys.find(key);
@@ -288,6 +301,7 @@ inline LlamaConfig LlamaConfig::from_gguf(const io::GgufFile& file) {
     if (const auto eos = token("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*eos);
     c.tie_word_embeddings = file.find_tensor("output.weight") == nullptr;
     c.attention_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.o_proj_bias = file.find_tensor("blk.0.attn_output.bias") != nullptr;
     c.mlp_bias = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
     return c;
 }

@@ -7,8 +7,11 @@
 
 #include <Eigen/Core>
 
-#include <cmath>   // std::cos, std::sin, std::pow, std::isfinite
-#include <string>  // std::to_string
+#include <algorithm>  // std::max, std::min, std::clamp
+#include <cmath>    // std::cos, std::sin, std::pow, std::isfinite, std::log, std::floor, std::ceil
+#include <string>   // std::to_string
+#include <utility>  // std::pair
+#include <vector>   // std::vector
 
 #include "../config.hpp"
 #include "../detail/number_string.hpp"
@@ -22,7 +25,9 @@
 //   y_b = x_b cos(m theta_i) + x_a sin(m theta_i)
 // so that q_m . k_n depends on m - n only. Which two features form pair i is the convention.
 // Linear scaling (position interpolation, Chen et al. 2023) divides the position by a factor:
-// the angle is (m / factor) theta_i.
+// the angle is (m / factor) theta_i. The other scalings of RopeScaling change theta_i per pair
+// (llama3, yarn) or the base with the sequence's length (dynamic), as Hugging Face's
+// modeling_rope_utils computes them.
 //
 // Conventions of these kernels:
 //  - The tables Cos, Sin [R, D/2] hold one row per row of X: row r of X is at the position that
@@ -56,6 +61,67 @@ inline const char* to_string(RopeConvention c) noexcept {
     return "unknown";
 }
 
+/// How the frequencies theta_i are changed for contexts longer than the model was trained on
+/// (Hugging Face's rope_type besides "default" and "linear", whose factor is
+/// RotaryEmbedding::scaling_factor).
+enum class RopeScalingType {
+    none,
+    /// Llama 3.1's frequency smoothing: pairs whose wavelength 2 pi / theta_i is longer than
+    /// original_max_position / low_freq_factor turn factor times slower, those shorter than
+    /// original_max_position / high_freq_factor stay, those between are interpolated by
+    /// s = (original_max_position / wavelength - low_freq_factor) / (high_freq_factor -
+    /// low_freq_factor): theta_i ((1 - s) / factor + s).
+    llama3,
+    /// Dynamic NTK scaling: for a call whose longest position is m, with n = max(m + 1,
+    /// original_max_position) (Hugging Face's max_position_embeddings), the base becomes
+    /// base (factor n / original_max_position - (factor - 1))^(D / (D - 2)). Each call's tables
+    /// follow its own longest position (keys already cached keep their rotation).
+    dynamic,
+    /// YaRN (Peng et al. 2023): theta_i blended between theta_i / factor and theta_i by a ramp over
+    /// the pairs between the correction dimensions of beta_fast and beta_slow rotations in
+    /// original_max_position (floored and ceiled when `truncate`), and cos and sin multiplied by
+    /// attention_factor.
+    yarn,
+};
+
+inline const char* to_string(RopeScalingType t) noexcept {
+    switch (t) {
+        case RopeScalingType::none:
+            return "none";
+        case RopeScalingType::llama3:
+            return "llama3";
+        case RopeScalingType::dynamic:
+            return "dynamic";
+        case RopeScalingType::yarn:
+            return "yarn";
+    }
+    return "unknown";
+}
+
+/// The parameters of a RopeScalingType (Hugging Face's rope_scaling / rope_parameters keys).
+struct RopeScaling {
+    RopeScalingType type = RopeScalingType::none;
+    double factor = 1.0;              // finite, at least 1
+    Index original_max_position = 0;  // original_max_position_embeddings; positive unless none
+    double low_freq_factor = 1.0;     // llama3, positive
+    double high_freq_factor = 4.0;    // llama3, above low_freq_factor
+    double beta_fast = 32.0;          // yarn, positive
+    double beta_slow = 1.0;           // yarn, positive
+    bool truncate = true;             // yarn
+    double attention_factor = 1.0;    // yarn: cos and sin multiplied by it; finite, positive
+
+    friend bool operator==(const RopeScaling& a, const RopeScaling& b) noexcept {
+        return a.type == b.type && a.factor == b.factor &&
+               a.original_max_position == b.original_max_position &&
+               a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+               a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
+               a.truncate == b.truncate && a.attention_factor == b.attention_factor;
+    }
+    friend bool operator!=(const RopeScaling& a, const RopeScaling& b) noexcept {
+        return !(a == b);
+    }
+};
+
 }  // namespace headwise
 
 namespace headwise::ops {
@@ -74,6 +140,27 @@ void rope_tables(const Index* positions, double base, double scaling_factor, Mat
 template <class T>
 void rope_tables(Index first, double base, double scaling_factor, MatrixRef<T> Cos,
                  MatrixRef<T> Sin);
+
+/// Both, with the frequencies changed by `scaling` (see RopeScalingType); throws
+/// std::invalid_argument, before writing, for parameters check_rope_scaling refuses.
+template <class T>
+void rope_tables(const Index* positions, double base, double scaling_factor,
+                 const RopeScaling& scaling, MatrixRef<T> Cos, MatrixRef<T> Sin);
+template <class T>
+void rope_tables(Index first, double base, double scaling_factor, const RopeScaling& scaling,
+                 MatrixRef<T> Cos, MatrixRef<T> Sin);
+
+/// theta_i for i in [0, D/2) (Hugging Face's inv_freq) under `scaling`, in double, for a call
+/// whose longest position is max_position (read by RopeScalingType::dynamic only).
+inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
+                                            Index max_position);
+
+/// Throws std::invalid_argument naming `fn` and `name`.<field> unless `scaling`'s parameters
+/// are usable: a type that is an enumerator; for every type but none a finite factor of at
+/// least 1 and a positive original_max_position; llama3 0 < low_freq_factor <
+/// high_freq_factor; yarn positive beta_fast, beta_slow and a finite positive
+/// attention_factor.
+inline void check_rope_scaling(const char* fn, const std::string& name, const RopeScaling& scaling);
 
 /// Y[R, D] = X[R, D] with each row r rotated by the angles of row r of Cos, Sin [R, D/2], pairs
 /// taken by `convention`. Y may be X itself.
@@ -107,7 +194,7 @@ inline void rope_pair(RopeConvention convention, Index i, Index D, Index& a, Ind
 
 template <class T, class Position>
 void rope_fill_tables(const char* fn, Position position, double base, double scaling_factor,
-                      MatrixRef<T> Cos, MatrixRef<T> Sin) {
+                      const RopeScaling& scaling, MatrixRef<T> Cos, MatrixRef<T> Sin) {
     // Cos [R, D/2], Sin [R, D/2]
     check_matrix(fn, "Sin", Sin, Cos.rows(), Cos.cols());
     // RotaryEmbedding's rules (check_rotary): base 0 makes theta_i = 0^(-2i / D) infinite and
@@ -117,15 +204,20 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
     if (!(std::isfinite(scaling_factor) && scaling_factor >= 1.0))
         throw_invalid_argument(fn, "scaling_factor", "must be finite and at least 1",
                                shortest_str(scaling_factor));
+    ops::check_rope_scaling(fn, "scaling", scaling);
     const Index R = Cos.rows(), half = Cos.cols();
-    const double D = static_cast<double>(2 * half);
+    Index longest = 0;  // the call's longest position (dynamic scaling's sequence length - 1)
+    if (scaling.type == RopeScalingType::dynamic)
+        for (Index r = 0; r < R; ++r) longest = std::max(longest, position(r));
+    const std::vector<double> theta = ops::rope_frequencies(base, 2 * half, scaling, longest);
+    const double mscale = scaling.type == RopeScalingType::yarn ? scaling.attention_factor : 1.0;
     for (Index i = 0; i < half; ++i) {
-        // theta_i = base^(-2i / D), slowed down by the linear scaling factor.
-        const double theta = std::pow(base, -2.0 * static_cast<double>(i) / D) / scaling_factor;
+        // theta_i, slowed down by the linear scaling factor.
+        const double t = theta[static_cast<std::size_t>(i)] / scaling_factor;
         for (Index r = 0; r < R; ++r) {
-            const double angle = static_cast<double>(position(r)) * theta;
-            Cos(r, i) = static_cast<T>(std::cos(angle));
-            Sin(r, i) = static_cast<T>(std::sin(angle));
+            const double angle = static_cast<double>(position(r)) * t;
+            Cos(r, i) = static_cast<T>(mscale * std::cos(angle));
+            Sin(r, i) = static_cast<T>(mscale * std::sin(angle));
         }
     }
 }
@@ -159,9 +251,102 @@ void rope_rotate(const char* fn, const char* x_name, const char* y_name, ConstMa
 
 namespace headwise::ops {
 
+inline void check_rope_scaling(const char* fn, const std::string& name,
+                               const RopeScaling& scaling) {
+    using headwise::detail::shortest_str;
+    const auto field = [&](const char* f) { return name + "." + f; };
+    switch (scaling.type) {
+        case RopeScalingType::none:
+            return;
+        case RopeScalingType::llama3:
+        case RopeScalingType::dynamic:
+        case RopeScalingType::yarn:
+            break;
+        default:
+            throw_invalid_argument(
+                fn, field("type"), "must be none, llama3, dynamic or yarn",
+                "RopeScalingType(" + std::to_string(static_cast<int>(scaling.type)) + ")");
+    }
+    if (!(std::isfinite(scaling.factor) && scaling.factor >= 1.0))
+        throw_invalid_argument(fn, field("factor"), "must be finite and at least 1",
+                               shortest_str(scaling.factor));
+    if (scaling.original_max_position <= 0)
+        throw_invalid_argument(fn, field("original_max_position"), "must be positive",
+                               std::to_string(scaling.original_max_position));
+    if (scaling.type == RopeScalingType::llama3 &&
+        !(std::isfinite(scaling.low_freq_factor) && std::isfinite(scaling.high_freq_factor) &&
+          scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > scaling.low_freq_factor))
+        throw_invalid_argument(fn, field("high_freq_factor"),
+                               "must be finite and above low_freq_factor = " +
+                                   shortest_str(scaling.low_freq_factor) + " > 0",
+                               shortest_str(scaling.high_freq_factor));
+    if (scaling.type == RopeScalingType::yarn) {
+        for (auto [f, v] :
+             {std::pair{"beta_fast", scaling.beta_fast}, std::pair{"beta_slow", scaling.beta_slow},
+              std::pair{"attention_factor", scaling.attention_factor}})
+            if (!(std::isfinite(v) && v > 0.0))
+                throw_invalid_argument(fn, field(f), "must be finite and positive",
+                                       shortest_str(v));
+    }
+}
+
+inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
+                                            Index max_position) {
+    const Index half = D / 2;
+    const double d = static_cast<double>(D);
+    const double factor = scaling.factor;
+    const double original = static_cast<double>(scaling.original_max_position);
+    if (scaling.type == RopeScalingType::dynamic) {
+        // Hugging Face's _compute_dynamic_ntk_parameters: the base grows with the length.
+        const double n = std::max(static_cast<double>(max_position) + 1.0, original);
+        base *= std::pow(factor * n / original - (factor - 1.0), d / (d - 2.0));
+    }
+    std::vector<double> theta(static_cast<std::size_t>(half));
+    for (Index i = 0; i < half; ++i)  // theta_i = base^(-2i / D)
+        theta[static_cast<std::size_t>(i)] = std::pow(base, -2.0 * static_cast<double>(i) / d);
+    if (scaling.type == RopeScalingType::llama3) {
+        // _compute_llama3_parameters: by wavelength, slowed down, kept, or interpolated.
+        const double pi = 3.14159265358979323846;
+        const double low_wavelength = original / scaling.low_freq_factor;
+        const double high_wavelength = original / scaling.high_freq_factor;
+        for (double& t : theta) {
+            const double wavelength = 2.0 * pi / t;
+            if (wavelength > low_wavelength) {
+                t /= factor;
+            } else if (!(wavelength < high_wavelength)) {
+                const double s = (original / wavelength - scaling.low_freq_factor) /
+                                 (scaling.high_freq_factor - scaling.low_freq_factor);
+                t = (1.0 - s) * t / factor + s * t;
+            }
+        }
+    } else if (scaling.type == RopeScalingType::yarn) {
+        // _compute_yarn_parameters: the pair where theta_i turns `rotations` times in the
+        // original context, a ramp between those of beta_fast and beta_slow.
+        const double pi = 3.14159265358979323846;
+        const auto correction = [&](double rotations) {
+            return d * std::log(original / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+        };
+        double low = correction(scaling.beta_fast), high = correction(scaling.beta_slow);
+        if (scaling.truncate) {
+            low = std::floor(low);
+            high = std::ceil(high);
+        }
+        low = std::max(low, 0.0);
+        high = std::min(high, d - 1.0);
+        if (low == high) high += 0.001;  // as Hugging Face, against a zero-width ramp
+        for (Index i = 0; i < half; ++i) {
+            double& t = theta[static_cast<std::size_t>(i)];
+            const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+            const double extrapolation = 1.0 - ramp;  // share of the unscaled frequency
+            t = t / factor * (1.0 - extrapolation) + t * extrapolation;
+        }
+    }
+    return theta;
+}
+
 template <class T>
-void rope_tables(const Index* positions, double base, double scaling_factor, MatrixRef<T> Cos,
-                 MatrixRef<T> Sin) {
+void rope_tables(const Index* positions, double base, double scaling_factor,
+                 const RopeScaling& scaling, MatrixRef<T> Cos, MatrixRef<T> Sin) {
     HEADWISE_STATIC_ASSERT_REAL(T);
     if (positions == nullptr && Cos.rows() > 0)
         throw_invalid_argument("headwise::ops::rope_tables", "positions",
@@ -169,16 +354,28 @@ void rope_tables(const Index* positions, double base, double scaling_factor, Mat
                                "null for " + std::to_string(Cos.rows()) + " rows");
     detail::rope_fill_tables<T>(
         "headwise::ops::rope_tables", [positions](Index r) { return positions[r]; }, base,
-        scaling_factor, Cos, Sin);
+        scaling_factor, scaling, Cos, Sin);
+}
+
+template <class T>
+void rope_tables(Index first, double base, double scaling_factor, const RopeScaling& scaling,
+                 MatrixRef<T> Cos, MatrixRef<T> Sin) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    detail::rope_fill_tables<T>(
+        "headwise::ops::rope_tables", [first](Index r) { return first + r; }, base, scaling_factor,
+        scaling, Cos, Sin);
+}
+
+template <class T>
+void rope_tables(const Index* positions, double base, double scaling_factor, MatrixRef<T> Cos,
+                 MatrixRef<T> Sin) {
+    rope_tables<T>(positions, base, scaling_factor, RopeScaling{}, Cos, Sin);
 }
 
 template <class T>
 void rope_tables(Index first, double base, double scaling_factor, MatrixRef<T> Cos,
                  MatrixRef<T> Sin) {
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    detail::rope_fill_tables<T>(
-        "headwise::ops::rope_tables", [first](Index r) { return first + r; }, base, scaling_factor,
-        Cos, Sin);
+    rope_tables<T>(first, base, scaling_factor, RopeScaling{}, Cos, Sin);
 }
 
 template <class T>

@@ -292,7 +292,8 @@ template <class T>
 RowMatrix<T> rotation_matrix(const RotaryEmbedding& rotary, Index D, Index position) {
     const std::vector<Index> positions(static_cast<std::size_t>(D), position);
     RowMatrix<T> Cos(D, D / 2), Sin(D, D / 2);  // [D, D/2]: one row per rotated row
-    ops::rope_tables<T>(positions.data(), rotary.theta, rotary.scaling_factor, Cos, Sin);
+    ops::rope_tables<T>(positions.data(), rotary.theta, rotary.scaling_factor, rotary.scaling, Cos,
+                        Sin);
     const RowMatrix<T> I = RowMatrix<T>::Identity(D, D);
     RowMatrix<T> Rt(D, D);  // [D, D]: row r is R_p e_r  !! transposed !!
     ops::rope_forward<T>(I, Cos, Sin, rotary.convention, Rt);

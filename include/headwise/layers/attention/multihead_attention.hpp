@@ -29,6 +29,7 @@
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 #include "../module.hpp"
+#include "../uninitialized.hpp"
 #include "../weight_matrix.hpp"
 #include "detail/attention_buffers.hpp"
 #include "detail/attention_call.hpp"
@@ -96,6 +97,13 @@ public:
     /// kaiming_uniform(a = sqrt 5), bias_k and bias_v xavier_normal. The same seed also drives the
     /// dropout stream. A new module is in training mode.
     explicit MultiheadAttention(const Options& options, std::uint64_t seed = 0);
+    /// Validates `options` and allocates the parameters without drawing them
+    /// (headwise::uninitialized): the projection weights are left unwritten (no page of them is
+    /// touched until a loader writes it), in_proj_bias, out_proj.bias, bias_k and bias_v are
+    /// zero, and every gradient is allocated on first use (backward, zero_grad, parameters(),
+    /// grad_dict()). For a module whose weights are loaded next; the dropout stream is seed 0's.
+    /// A new module is in training mode.
+    MultiheadAttention(const Options& options, uninitialized_t);
 
     /// Multi-head attention of query [B, L, E] over key [B, S, kdim] and value [B, S, vdim]
     /// (or unbatched [L, E], [S, kdim], [S, vdim]). Checks every shape first.
@@ -235,7 +243,14 @@ private:
         return pointers_of<const T>(w_in_.value(), b_in_, w_out_.value(), b_out_, bias_k_, bias_v_);
     }
     detail::AttentionParameters<T> gradient_view() {
+        allocate_bias_grads();
         return pointers_of<T>(w_in_.grad(), gb_in_, w_out_.grad(), gb_out_, gbias_k_, gbias_v_);
+    }
+    /// A module constructed uninitialized allocates its bias gradients on first use (zero).
+    void allocate_bias_grads() {
+        for (auto [value, grad] : {std::pair{&b_in_, &gb_in_}, std::pair{&b_out_, &gb_out_},
+                                   std::pair{&bias_k_, &gbias_k_}, std::pair{&bias_v_, &gbias_v_}})
+            if (grad->shape() != value->shape()) *grad = Tensor<T>(value->shape());
     }
     template <class P, class Tensors>
     detail::AttentionParameters<P> pointers_of(Tensors& w_in, Tensors& b_in, Tensors& w_out,
@@ -324,6 +339,28 @@ MultiheadAttention<T>::MultiheadAttention(const Options& options, std::uint64_t 
         for (T& x : bias_v_) x = static_cast<T>(sigma * normal(rng_));
         gbias_k_ = Tensor<T>(bias_k_.shape());
         gbias_v_ = Tensor<T>(bias_v_.shape());
+    }
+}
+
+template <class T>
+MultiheadAttention<T>::MultiheadAttention(const Options& options, uninitialized_t)
+    : options_(options), rng_(0) {
+    constexpr const char* fn = "headwise::MultiheadAttention::MultiheadAttention";
+    detail::check_options<T>(fn, options);
+    layout_ = detail::make_in_proj_layout<T>(fn, options);
+    const detail::InProjLayout& layout = layout_;
+    w_in_ = WeightMatrix<T>::uninitialized(Shape{layout.weight_size()});
+    w_in_.set_row_length(layout.kdim == layout.E && layout.vdim == layout.E ? layout.E : 0);
+    w_out_ = WeightMatrix<T>::uninitialized(Shape{layout.E, layout.inner()});  // [E, H D]
+    // The biases zero, as PyTorch initialises them: a loader may fill only some (a Llama
+    // checkpoint with q/k/v biases and no o_proj bias leaves out_proj.bias zero).
+    if (options.bias) {
+        b_in_ = Tensor<T>(Shape{layout.bias_size()});
+        b_out_ = Tensor<T>(Shape{layout.E});
+    }
+    if (options.add_bias_kv) {
+        bias_k_ = Tensor<T>(Shape{1, 1, layout.rows(detail::kKey)});
+        bias_v_ = Tensor<T>(bias_k_.shape());
     }
 }
 
@@ -568,6 +605,7 @@ MultiheadAttention<T>& MultiheadAttention<T>::prune_heads(const std::vector<Inde
                                ": needs the float32 weights (the module computes in bf16 or "
                                "from a stored type); with_precision(Precision::float32) first");
 
+    allocate_bias_grads();  // cut below with the biases
     Options options = options_;
     options.num_heads = static_cast<Index>(kept[kQuery].size());
     if (options.num_kv_heads != 0) options.num_kv_heads = static_cast<Index>(kept[kKey].size());
@@ -632,6 +670,7 @@ template <class T>
 HeadParameters<T> MultiheadAttention<T>::head(Index i) {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
+    allocate_bias_grads();
     return HeadParameters<T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
                              w_in_.grad().data(), options_.bias ? gb_in_.data() : nullptr, layout_,
                              i);
@@ -641,6 +680,7 @@ template <class T>
 HeadParameters<const T> MultiheadAttention<T>::head(Index i) const {
     check_weights("headwise::MultiheadAttention::head");
     check_head_index(i);
+    const_cast<MultiheadAttention&>(*this).allocate_bias_grads();
     return HeadParameters<const T>(w_in_.value().data(), options_.bias ? b_in_.data() : nullptr,
                                    const_cast<WeightMatrix<T>&>(w_in_).grad().data(),
                                    options_.bias ? gb_in_.data() : nullptr, layout_, i);

@@ -89,6 +89,9 @@ struct RotaryEmbedding {
     /// Linear scaling (position interpolation; Hugging Face's rope_scaling {"rope_type":
     /// "linear", "factor": f}): positions are divided by it. Finite and at least 1.
     double scaling_factor = 1.0;
+    /// Frequencies changed for long contexts: Llama 3.1's smoothing, dynamic NTK or YaRN (see
+    /// RopeScalingType; Hugging Face's rope_type "llama3", "dynamic", "yarn"). none by default.
+    RopeScaling scaling;
 };
 
 /// The constructor arguments of torch.nn.MultiheadAttention (batch_first is always true here).

@@ -141,6 +141,11 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
         compare("rotary.convention", expected.rotary.convention, actual.rotary.convention);
         compare("rotary.scaling_factor", expected.rotary.scaling_factor,
                 actual.rotary.scaling_factor);
+        const RopeScaling &se = expected.rotary.scaling, &sa = actual.rotary.scaling;
+        if (se != sa)
+            out += std::string(out.empty() ? "" : "; ") + "rotary.scaling: expected " +
+                   to_string(se.type) + " (factor " + shortest_str(se.factor) + "), got " +
+                   to_string(sa.type) + " (factor " + shortest_str(sa.factor) + ")";
     }
     return out;
 }
@@ -166,6 +171,7 @@ inline void check_rotary(const char* fn, const RotaryEmbedding& rotary, Index D)
         throw_invalid_argument(
             fn, "options.rotary.convention", "must be rotate_half or interleaved",
             "RopeConvention(" + std::to_string(static_cast<int>(rotary.convention)) + ")");
+    ops::check_rope_scaling(fn, "options.rotary.scaling", rotary.scaling);
 }
 
 /// Throws std::invalid_argument naming the first option a MultiheadAttention cannot be built

@@ -195,7 +195,8 @@ void rotate_blocks(ProjectionBuffers<T>& y, const InProjLayout& layout, Index B,
 template <class T>
 void rotate(ForwardActivations<T>& acts, const InProjLayout& layout) {
     const RotaryEmbedding& r = acts.call.rotary;
-    ops::rope_tables<T>(Index{0}, r.theta, r.scaling_factor, acts.rope_cos(), acts.rope_sin());
+    ops::rope_tables<T>(Index{0}, r.theta, r.scaling_factor, r.scaling, acts.rope_cos(),
+                        acts.rope_sin());
     rotate_blocks<T>(acts.projection, layout, acts.call.geometry.B, r.convention, false,
                      acts.rope_cos(), acts.rope_sin(), [](Index) { return Index{0}; });
 }
@@ -229,7 +230,7 @@ void rotate_new_tokens(const AttentionCall<T>& call, const InProjLayout& layout,
         }
     }
     const RotaryEmbedding& r = call.rotary;
-    ops::rope_tables<T>(positions, r.theta, r.scaling_factor, buffers.rope_cos(),
+    ops::rope_tables<T>(positions, r.theta, r.scaling_factor, r.scaling, buffers.rope_cos(),
                         buffers.rope_sin());
     rotate_blocks<T>(buffers.projection, layout, B, r.convention, false, buffers.rope_cos(),
                      buffers.rope_sin(), [Tn](Index b) { return b * Tn; });
