@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: MIT
+// heads: which attention heads of a sentence-transformers BERT (all-MiniLM-L6-v2) matter, and
+// what pruning the others costs.
+//
+//   heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--step H] [--csv FILE]
+//
+// PAIRS_FILE holds one pair of paraphrases a line, separated by a tab. The loss is the one the
+// model was trained with (sentence-transformers' MultipleNegativesRankingLoss): for pair i,
+//   loss_i = -log softmax_j(20 cos(a_i, b_j))[i]
+// over the pairs' second sentences b_j (the others are in-batch negatives). A distance to the
+// unpruned model's own embeddings would not do: at xi = 1 it is at its minimum (zero), so its
+// gradient with respect to every gate is zero and ranks nothing.
+// Importance (Michel et al. 2019): I_h = mean_i |d loss_i / d xi_h| at xi = 1, xi_h head h's gate
+// (BertModel's head_mask), by central differences in double with step H (default 1e-4; the
+// model has no backward). Printed as a table (layers down, heads across), written as CSV with
+// --csv (heatmap.py draws it). Then 10, 25 and 50% of the heads are pruned, the least important
+// first and in random orders (K draws, default 3, seeded), never the last head of a layer:
+// printed with the mean and smallest cosine of every sentence's embedding to the unpruned one,
+// and the --prune-heads list that `embed` takes to reproduce it.
+#include <headwise/headwise.hpp>
+
+#include <algorithm>  // std::sort, std::shuffle, std::min
+#include <cmath>      // std::exp, std::log, std::abs, std::lround
+#include <cstdint>    // std::uint64_t
+#include <cstdio>     // std::printf, std::fprintf, std::FILE
+#include <cstdlib>    // std::strtoll, std::strtod
+#include <exception>  // std::exception
+#include <fstream>    // std::ifstream
+#include <map>        // std::map
+#include <random>     // std::mt19937_64
+#include <string>     // std::string, std::getline
+#include <utility>    // std::pair
+#include <vector>     // std::vector
+
+namespace {
+
+using headwise::Index;
+using headwise::Tensor;
+using Embedder = headwise::models::SentenceEmbedder<double>;
+
+constexpr const char* kUsage =
+    "usage: heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--step H] "
+    "[--csv FILE]\n";
+
+// The pooled, normalised embeddings [B, E] of an encoded batch under the gates head_mask [N, H]
+// (empty: none).
+Tensor<double> embed(Embedder& embedder, const headwise::text::BertBatch& batch,
+                     const Tensor<double>& head_mask) {
+    headwise::models::HeadOptions<double> heads;
+    if (head_mask.numel() > 0) heads.head_mask = head_mask;
+    const Tensor<double> hidden =
+        embedder.model().forward(batch.input_ids, batch.padding_mask, {}, heads).last_hidden_state;
+    Tensor<double> pooled =
+        headwise::models::pool<double>(hidden, batch.padding_mask, embedder.config().pooling);
+    headwise::models::l2_normalize_rows<double>(pooled);
+    return pooled;
+}
+
+// loss_i of each pair from the embeddings [2P, E]: rows 0..P-1 the first sentences, P..2P-1 the
+// second ones. The scale 20 is MultipleNegativesRankingLoss's default.
+std::vector<double> pair_losses(const Tensor<double>& e, Index P) {
+    const Index E = e.shape()[1];
+    std::vector<double> loss(static_cast<std::size_t>(P));
+    for (Index i = 0; i < P; ++i) {
+        std::vector<double> logits(static_cast<std::size_t>(P));
+        double top = -1e300;
+        for (Index j = 0; j < P; ++j) {
+            double dot = 0;
+            for (Index k = 0; k < E; ++k) dot += e.data()[i * E + k] * e.data()[(P + j) * E + k];
+            logits[static_cast<std::size_t>(j)] = 20.0 * dot;
+            top = std::max(top, 20.0 * dot);
+        }
+        double sum = 0;  // log-sum-exp, shifted by the largest logit so that exp cannot overflow
+        for (double l : logits) sum += std::exp(l - top);
+        loss[static_cast<std::size_t>(i)] =
+            top + std::log(sum) - logits[static_cast<std::size_t>(i)];
+    }
+    return loss;
+}
+
+// Cosine of each row of a to the same row of b (both normalised): mean and smallest.
+std::pair<double, double> cosines(const Tensor<double>& a, const Tensor<double>& b) {
+    const Index N = a.shape()[0], E = a.shape()[1];
+    double mean = 0, least = 1;
+    for (Index n = 0; n < N; ++n) {
+        double dot = 0;
+        for (Index k = 0; k < E; ++k) dot += a.data()[n * E + k] * b.data()[n * E + k];
+        mean += dot / static_cast<double>(N);
+        least = std::min(least, dot);
+    }
+    return {mean, least};
+}
+
+// The first `count` heads of `order` (pairs layer, head), skipping any that would leave its
+// layer without heads.
+headwise::models::HeadsToPrune choose(const std::vector<std::pair<Index, Index>>& order,
+                                      Index count, Index heads_per_layer) {
+    headwise::models::HeadsToPrune chosen;
+    Index taken = 0;
+    for (const auto& [layer, head] : order) {
+        if (taken == count) break;
+        std::vector<Index>& list = chosen[layer];
+        if (static_cast<Index>(list.size()) + 1 == heads_per_layer) continue;
+        list.push_back(head);
+        ++taken;
+    }
+    for (auto& [layer, list] : chosen) std::sort(list.begin(), list.end());
+    return chosen;
+}
+
+// {layer: [heads]} as embed's --prune-heads value, "0:1,3;2:5".
+std::string prune_list(const headwise::models::HeadsToPrune& heads) {
+    std::string s;
+    for (const auto& [layer, list] : heads) {
+        if (list.empty()) continue;
+        s += (s.empty() ? "" : ";") + std::to_string(layer) + ":";
+        for (std::size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
+    }
+    return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    const std::string dir = argv[1], pairs_file = argv[2];
+    long long max_pairs = 0, draws = 3;
+    std::uint64_t seed = 1;
+    double step = 1e-4;
+    std::string csv;
+    for (int i = 3; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const bool has_value = i + 1 < argc;
+        char* end = nullptr;
+        if (arg == "--pairs" && has_value) {
+            max_pairs = std::strtoll(argv[++i], &end, 10);
+        } else if (arg == "--draws" && has_value) {
+            draws = std::strtoll(argv[++i], &end, 10);
+        } else if (arg == "--seed" && has_value) {
+            seed = static_cast<std::uint64_t>(std::strtoll(argv[++i], &end, 10));
+        } else if (arg == "--step" && has_value) {
+            step = std::strtod(argv[++i], &end);
+        } else if (arg == "--csv" && has_value) {
+            csv = argv[++i];
+            continue;
+        } else {
+            std::fprintf(stderr, "heads: unknown option or missing value: %s\n%s", arg.c_str(),
+                         kUsage);
+            return 2;
+        }
+        if (end == nullptr || *end != '\0' || max_pairs < 0 || draws < 0 || !(step > 0)) {
+            std::fprintf(stderr, "heads: %s needs a non-negative number, got %s\n%s", arg.c_str(),
+                         argv[i], kUsage);
+            return 2;
+        }
+    }
+
+    try {
+        // The pairs: first sentences, then second ones.
+        std::ifstream in(pairs_file);
+        if (!in) {
+            std::fprintf(stderr, "heads: cannot read %s\n", pairs_file.c_str());
+            return 1;
+        }
+        std::vector<std::string> first, second;
+        for (std::string line; std::getline(in, line);) {
+            const std::size_t tab = line.find('\t');
+            if (tab == std::string::npos) continue;
+            first.push_back(line.substr(0, tab));
+            second.push_back(line.substr(tab + 1));
+            if (max_pairs > 0 && static_cast<long long>(first.size()) == max_pairs) break;
+        }
+        const Index P = static_cast<Index>(first.size());
+        if (P < 2) {
+            std::fprintf(stderr, "heads: %s: needs at least 2 tab-separated pairs, got %lld\n",
+                         pairs_file.c_str(), static_cast<long long>(P));
+            return 1;
+        }
+        std::vector<std::string> texts = first;
+        texts.insert(texts.end(), second.begin(), second.end());
+
+        Embedder embedder = Embedder::from_directory(dir);
+        const headwise::text::BertBatch batch = embedder.tokenizer().encode_batch(texts);
+        const Index N = embedder.model().config().num_hidden_layers;
+        const Index H = embedder.model().config().num_attention_heads;
+        const Tensor<double> reference = embed(embedder, batch, {});  // [2P, E]
+        double mean_loss = 0;
+        for (double l : pair_losses(reference, P)) mean_loss += l / static_cast<double>(P);
+        std::printf("%lld pairs (%lld sentences), loss %.6f at xi = 1\n", static_cast<long long>(P),
+                    static_cast<long long>(2 * P), mean_loss);
+
+        // I_h = mean_i |d loss_i / d xi_h|, central differences in xi_h.
+        Tensor<double> importance(headwise::Shape{N, H});
+        for (Index l = 0; l < N; ++l)
+            for (Index h = 0; h < H; ++h) {
+                Tensor<double> gates(headwise::Shape{N, H});
+                for (Index k = 0; k < N * H; ++k) gates.data()[k] = 1.0;
+                gates(l, h) = 1.0 + step;
+                const std::vector<double> up = pair_losses(embed(embedder, batch, gates), P);
+                gates(l, h) = 1.0 - step;
+                const std::vector<double> down = pair_losses(embed(embedder, batch, gates), P);
+                double sum = 0;
+                for (Index i = 0; i < P; ++i)
+                    sum += std::abs(up[static_cast<std::size_t>(i)] -
+                                    down[static_cast<std::size_t>(i)]) /
+                           (2 * step);
+                importance(l, h) = sum / static_cast<double>(P);
+            }
+        double top = 0;
+        for (Index k = 0; k < N * H; ++k) top = std::max(top, importance.data()[k]);
+        std::printf(
+            "\nimportance I_h = mean over pairs of |d loss / d xi_h|, relative to the "
+            "largest (%.6g); layers down, heads across\nlayer",
+            top);
+        for (Index h = 0; h < H; ++h) std::printf(" %7lld", static_cast<long long>(h));
+        std::printf("\n");
+        for (Index l = 0; l < N; ++l) {
+            std::printf("%5lld", static_cast<long long>(l));
+            for (Index h = 0; h < H; ++h)
+                std::printf(" %7.3f", top > 0 ? importance(l, h) / top : 0.0);
+            std::printf("\n");
+        }
+        if (!csv.empty()) {
+            std::FILE* f = std::fopen(csv.c_str(), "w");
+            if (f == nullptr) {
+                std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
+                return 1;
+            }
+            std::fprintf(f, "layer,head,importance\n");
+            for (Index l = 0; l < N; ++l)
+                for (Index h = 0; h < H; ++h)
+                    std::fprintf(f, "%lld,%lld,%.9g\n", static_cast<long long>(l),
+                                 static_cast<long long>(h), importance(l, h));
+            if (std::fclose(f) != 0) {
+                std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
+                return 1;
+            }
+        }
+
+        // Pruning: by importance (least first) and in random orders.
+        std::vector<std::pair<Index, Index>> by_importance;
+        for (Index l = 0; l < N; ++l)
+            for (Index h = 0; h < H; ++h) by_importance.emplace_back(l, h);
+        std::stable_sort(by_importance.begin(), by_importance.end(),
+                         [&](const auto& a, const auto& b) {
+                             return importance(a.first, a.second) < importance(b.first, b.second);
+                         });
+        std::printf("\npruned  heads  order        mean cos  min cos   --prune-heads\n");
+        for (const int percent : {10, 25, 50}) {
+            const Index count =
+                static_cast<Index>(std::lround(percent / 100.0 * static_cast<double>(N * H)));
+            std::mt19937_64 rng(seed);
+            for (long long d = -1; d < draws; ++d) {
+                std::vector<std::pair<Index, Index>> order = by_importance;
+                if (d >= 0) std::shuffle(order.begin(), order.end(), rng);
+                const headwise::models::HeadsToPrune heads = choose(order, count, H);
+                Embedder pruned = embedder;
+                pruned.model().prune_heads(heads);
+                const auto [mean, least] = cosines(embed(pruned, batch, {}), reference);
+                const std::string name = d < 0 ? "importance" : "random " + std::to_string(d + 1);
+                std::printf("%5d%%  %5lld  %-11s  %.6f  %.6f  \"%s\"\n", percent,
+                            static_cast<long long>(count), name.c_str(), mean, least,
+                            prune_list(heads).c_str());
+            }
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "heads: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
