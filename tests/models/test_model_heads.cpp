@@ -11,8 +11,9 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <cstdint>    // std::int64_t
+#include <fstream>    // std::ofstream
 #include <random>     // std::mt19937_64
-#include <stdexcept>  // std::invalid_argument
+#include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string
 #include <vector>     // std::vector
 
@@ -508,4 +509,41 @@ TEST_CASE("LlamaModel prune_heads with grouped-query attention") {
                      "(groups of 2), got 2 and 1 (key/value head 1)");
     CHECK(model.layers()[0].self_attn().num_heads() == 4);
     CHECK(model.config().pruned_heads.empty());
+}
+
+TEST_CASE("BertConfig reads pruned_heads from config.json") {
+    headwise::test::ScratchDir dir("model-heads-config");
+    const auto read = [&](const std::string& pruned) {
+        std::ofstream(dir.file("config.json"))
+            << R"({"model_type": "bert", "vocab_size": 40, "hidden_size": 16,
+                 "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 24,
+                 "max_position_embeddings": 12, "pruned_heads": )"
+            << pruned << "}";
+        return BertConfig::from_json_file(dir.file("config.json"));
+    };
+    // Hugging Face writes the layers as strings.
+    const BertConfig c = read(R"({"0": [1, 3], "2": [0]})");
+    CHECK(c.pruned_heads == HeadsToPrune{{0, {1, 3}}, {2, {0}}});
+    CHECK(read("{}").pruned_heads.empty());
+    BertModel<double> model(c, Projection::fused, 3);
+    CHECK(model.layers()[0].attention().num_heads() == 2);
+    CHECK(model.layers()[2].attention().num_heads() == 3);
+    const auto error = [&](const std::string& pruned) {
+        try {
+            read(pruned);
+        } catch (const std::runtime_error& e) {
+            const std::string what = e.what();
+            return what.substr(what.find("pruned_heads"));
+        }
+        return std::string("(no std::runtime_error)");
+    };
+    CHECK(error("[1]") ==
+          "pruned_heads: expected an object {\"layer\": [head, ...]}, got an array of 1 element");
+    CHECK(error(R"({"3": [0]})") ==
+          "pruned_heads: expected layer keys in [0, num_hidden_layers = 3), got \"3\"");
+    CHECK(error(R"({"x": [0]})") ==
+          "pruned_heads: expected layer keys in [0, num_hidden_layers = 3), got \"x\"");
+    CHECK(error(R"({"1": [4]})") ==
+          "pruned_heads: expected heads in [0, num_attention_heads = 4), got 4");
+    CHECK(error(R"({"1": 2})") == "pruned_heads: expected a list of heads, got 2");
 }
