@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 // A small MLP (Linear, GELU, Linear) trained on a tape with AdamW: the one-file training program
 // that CI compiles against headwise::compiled, whose compile time docs/building.md quotes.
-#include <headwise/headwise.hpp>
+#include <headwise/autograd/functions.hpp>  // apply, mse_loss
+#include <headwise/autograd/tape.hpp>
+#include <headwise/layers/gelu.hpp>
+#include <headwise/layers/linear.hpp>
+#include <headwise/optim/adam.hpp>
 
 #include <cstdint>  // std::int64_t
 #include <cstdio>   // std::printf

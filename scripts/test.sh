@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and tests headwise the way CI does:
-#   1. dev  : Debug, warnings as errors; unit tests, each header alone, ODR, consumers, examples,
-#             and a start-up check of each benchmark program.
+#   1. dev  : Debug, warnings as errors; unit tests, each header alone, ODR, examples, and a
+#             start-up check of each benchmark program (the consumer projects run in step 3).
 #   2. asan : the same built by clang++ (so both compilers' warnings are errors; clang compiles
 #             the sanitized build 2.5x faster than g++) under AddressSanitizer +
 #             UndefinedBehaviorSanitizer (Debug: the tests at -O0, their shared instantiations of
@@ -12,8 +12,9 @@
 #             call), warnings as errors; less the consumer projects
 #             (they build nothing of ours with sanitizers), the header compile check and the
 #             documentation's samples (dev has both) and the benchmarks.
-#   3. cblas-consumers: the consumer projects (find_package, add_subdirectory, pkg-config) and the
-#             ODR check against a CBLAS build: consumers link the BLAS through the installed
+#   3. cblas-consumers: the consumer projects (find_package, add_subdirectory, pkg-config), the
+#             ODR check and the programs built against headwise::compiled, on a CBLAS build:
+#             consumers link the BLAS through the installed
 #             package. (The whole suite on the CBLAS backend, without sanitizers, is
 #             `cmake --workflow --preset cblas`.)
 #   The model tests (all-MiniLM-L6-v2 against sentence-transformers) run in dev and asan when the
@@ -22,6 +23,8 @@
 #   4. fuzz : each libFuzzer target in fuzz/ (clang, address + undefined sanitizers) over its
 #             committed seed corpus, then fuzzed for HEADWISE_FUZZ_SECONDS (default 30) each,
 #             two targets at a time.
+# The Debug builds carry line tables only (-g1: file and line in backtraces and sanitizer
+# reports), a third less compile time than -g; configure with -DCMAKE_CXX_FLAGS_DEBUG=-g to debug.
 # Build trees: build/<preset>. Logs: build/<preset>.log; fuzzing: build/fuzz/<target>.log, with
 # any crashing input saved as build/fuzz/artifacts/<target>-crash-*.
 set -euo pipefail

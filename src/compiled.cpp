@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The headwise::compiled library, float half: the one explicit instantiation of each template
-// that headwise/extern_templates.hpp declares extern (the list is detail/instantiation_list.hpp);
-// compiled_double.cpp holds the double half.
-#include <headwise/extern_templates.hpp>
-
+// The headwise::compiled library, float half: the one explicit instantiation, for float, of each
+// template a header names in its HEADWISE_COMPILED_TEMPLATES list (detail/compiled_templates.hpp
+// says why); compiled_double.cpp holds the double half.
 #if !defined(HEADWISE_COMPILED)
 #error "src/compiled.cpp is built by the headwise::compiled target, which defines HEADWISE_COMPILED"
 #endif
 
-namespace headwise {
-HEADWISE_DEFINE_INSTANTIATIONS(float)
-}  // namespace headwise
+#define HEADWISE_DETAIL_INSTANTIATE float
+#include <headwise/extern_templates.hpp>

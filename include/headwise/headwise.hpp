@@ -94,6 +94,3 @@
 #include "tensor_ops/reduce.hpp"
 #include "text/chat_template.hpp"
 #include "version.hpp"
-// Last: with headwise::compiled (HEADWISE_COMPILED), the layers' instantiations come from that
-// library instead of every translation unit.
-#include "extern_templates.hpp"

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Explicit instantiation declarations of everything headwise/detail/instantiation_list.hpp lists
-// (the list headwise::compiled uses), defined once in instantiations.cpp.
+// Explicit instantiation declarations of every template the headers compile into
+// headwise::compiled (detail/compiled_templates.hpp), defined once in instantiations.cpp.
 #pragma once
 
-#include <headwise/detail/instantiation_list.hpp>
+// Each header then declares its own compiled templates extern, as with HEADWISE_COMPILED.
+#define HEADWISE_DETAIL_EXTERN 1
+#include <headwise/extern_templates.hpp>
 
 // Why: compile time. Each test file that runs a layer used to instantiate all of it, for float
 // and double: MultiheadAttention was 36 s of the 41.8 s test_mha_properties.cpp took in the dev
@@ -15,6 +17,3 @@
 // own flags and sanitizers. Include this header before any code that uses the classes. A test
 // that compiles the library under other macros (test_kv_cache.cpp: EIGEN_RUNTIME_NO_MALLOC) must
 // not include it: it would run instantiations compiled without them.
-namespace headwise {
-HEADWISE_DECLARE_INSTANTIATIONS()
-}  // namespace headwise

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: MIT
 // The one explicit instantiation, for double, of each template that instantiations.hpp declares
 // extern (instantiations.cpp holds the float ones).
-#include "support/instantiations.hpp"
-
-namespace headwise {
-HEADWISE_DEFINE_INSTANTIATIONS(double)
-}  // namespace headwise
+#define HEADWISE_DETAIL_INSTANTIATE double
+#include <headwise/extern_templates.hpp>

@@ -16,6 +16,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../layers/attention/multihead_attention.hpp"
 #include "../layers/attention/options.hpp"
@@ -226,3 +227,19 @@ Var<T> mse_loss(const Var<T>& input, TensorView<const T> target, Reduction reduc
 }
 
 }  // namespace headwise::autograd
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_AUTOGRAD_FUNCTIONS_TEMPLATES(C, F, T)                                \
+    F(autograd::Var<T>, autograd::add, (const autograd::Var<T>&, const autograd::Var<T>&))   \
+    F(autograd::Var<T>, autograd::reshape, (const autograd::Var<T>&, const Shape&))          \
+    F(autograd::Var<T>, autograd::concat_last, (const std::vector<autograd::Var<T>>&))       \
+    F(autograd::Var<T>, autograd::cross_entropy,                                             \
+      (const autograd::Var<T>&, TensorView<const std::int64_t>, const CrossEntropyOptions&)) \
+    F(autograd::Var<T>, autograd::mse_loss,                                                  \
+      (const autograd::Var<T>&, TensorView<const T>, Reduction))                             \
+    F(autograd::Var<T>, autograd::attention,                                                 \
+      (MultiheadAttention<T>&, const autograd::Var<T>&, const autograd::Var<T>&,             \
+       const autograd::Var<T>&, const AttentionMasks<T>&))                                   \
+    F(autograd::Var<T>, autograd::apply,                                                     \
+      (Embedding<T>&, autograd::Tape<T>&, TensorView<const std::int64_t>))
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_AUTOGRAD_FUNCTIONS_TEMPLATES);

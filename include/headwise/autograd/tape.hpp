@@ -15,6 +15,7 @@
 #include <vector>            // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -404,3 +405,10 @@ private:
 };
 
 }  // namespace headwise::autograd
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp);
+// not compiled: NoGradGuard (two inline members).
+#define HEADWISE_DETAIL_TAPE_TEMPLATES(C, F, T) \
+    C(class, autograd::Var<T>)                  \
+    C(class, autograd::Tape<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_TAPE_TEMPLATES);

@@ -7,6 +7,7 @@
 #include <string>     // std::to_string
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../ops/dropout.hpp"
 #include "../tensor.hpp"
@@ -108,3 +109,9 @@ Tensor<T> Dropout<T>::backward(const DropoutForward<T>& fwd, TensorView<const T>
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_DROPOUT_TEMPLATES(C, F, T) \
+    C(class, Dropout<T>)                           \
+    C(struct, DropoutForward<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_DROPOUT_TEMPLATES);

@@ -12,6 +12,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
@@ -228,3 +229,7 @@ void Embedding<T>::backward(TensorView<const std::int64_t> indices, TensorView<c
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_EMBEDDING_TEMPLATES(C, F, T) C(class, Embedding<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_EMBEDDING_TEMPLATES);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../tensor.hpp"
@@ -49,3 +50,7 @@ private:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_GELU_TEMPLATES(C, F, T) C(class, GELU<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_GELU_TEMPLATES);

@@ -6,6 +6,7 @@
 #include <string>  // std::string, std::to_string
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../ops/layer_norm.hpp"
 #include "../shape.hpp"
@@ -114,3 +115,7 @@ void LayerNorm<T>::backward_into(TensorView<const T> x, TensorView<const T> dy, 
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_LAYER_NORM_TEMPLATES(C, F, T) C(class, LayerNorm<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LAYER_NORM_TEMPLATES);

@@ -7,6 +7,7 @@
 #include <string>     // std::to_string
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -94,3 +95,7 @@ private:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_LAYER_SCALE_TEMPLATES(C, F, T) C(class, LayerScale<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LAYER_SCALE_TEMPLATES);

@@ -12,6 +12,7 @@
 
 #include "../bf16.hpp"
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../init.hpp"
@@ -259,3 +260,7 @@ void Linear<T>::backward_unchecked(TensorView<const T> x, TensorView<const T> dy
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_LINEAR_TEMPLATES(C, F, T) C(class, Linear<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LINEAR_TEMPLATES);

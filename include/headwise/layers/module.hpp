@@ -15,6 +15,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../precision.hpp"
@@ -656,3 +657,7 @@ void Module<Derived, T>::load_random_state(const std::vector<std::uint64_t>& wor
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_MODULE_TEMPLATES(C, F, T) C(struct, Parameter<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_MODULE_TEMPLATES);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
 #include "../tensor.hpp"
@@ -38,3 +39,7 @@ public:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_RELU_TEMPLATES(C, F, T) C(class, ReLU<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_RELU_TEMPLATES);

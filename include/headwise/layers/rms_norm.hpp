@@ -6,6 +6,7 @@
 #include <string>  // std::string, std::to_string
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../ops/rms_norm.hpp"
 #include "../shape.hpp"
@@ -111,3 +112,7 @@ void RMSNorm<T>::backward_into(TensorView<const T> x, TensorView<const T> dy, Te
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_RMS_NORM_TEMPLATES(C, F, T) C(class, RMSNorm<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_RMS_NORM_TEMPLATES);

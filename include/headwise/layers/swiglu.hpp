@@ -9,6 +9,7 @@
 #include <utility>    // std::move
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../ops/swiglu.hpp"
@@ -229,3 +230,10 @@ void SwiGLU<T>::backward_unchecked(const SwiGLUActivations<T>& s, TensorView<con
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_SWIGLU_TEMPLATES(C, F, T) \
+    C(class, SwiGLU<T>)                           \
+    C(struct, SwiGLUActivations<T>)               \
+    C(struct, SwiGLUForward<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_SWIGLU_TEMPLATES);

@@ -11,6 +11,7 @@
 #include <utility>    // std::move
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
@@ -408,3 +409,11 @@ TransformerDecoderLayerGradients<T> TransformerDecoderLayer<T>::backward(
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_TRANSFORMER_DECODER_LAYER_TEMPLATES(C, F, T) \
+    C(class, TransformerDecoderLayer<T>)                             \
+    C(struct, TransformerDecoderLayerActivations<T>)                 \
+    C(struct, TransformerDecoderLayerForward<T>)                     \
+    C(struct, TransformerDecoderLayerGradients<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_TRANSFORMER_DECODER_LAYER_TEMPLATES);

@@ -11,6 +11,7 @@
 #include <utility>    // std::move
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../ops/activation.hpp"
@@ -306,3 +307,10 @@ Tensor<T> TransformerEncoderLayer<T>::backward(const TransformerEncoderLayerForw
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_TRANSFORMER_ENCODER_LAYER_TEMPLATES(C, F, T) \
+    C(class, TransformerEncoderLayer<T>)                             \
+    C(struct, TransformerEncoderLayerActivations<T>)                 \
+    C(struct, TransformerEncoderLayerForward<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_TRANSFORMER_ENCODER_LAYER_TEMPLATES);

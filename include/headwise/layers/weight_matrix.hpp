@@ -14,6 +14,7 @@
 
 #include "../bf16.hpp"
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../ops/gemm_bf16.hpp"
 #include "../ops/linear.hpp"
 #include "../ops/quant_matmul.hpp"
@@ -340,3 +341,7 @@ private:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_WEIGHT_MATRIX_TEMPLATES(C, F, T) C(class, WeightMatrix<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_WEIGHT_MATRIX_TEMPLATES);

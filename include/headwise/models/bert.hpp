@@ -21,6 +21,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <vector>     // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/precision_check.hpp"
 #include "../error.hpp"
 #include "../io/detail/config_file.hpp"
@@ -602,3 +603,9 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
 }
 
 }  // namespace headwise::models
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_BERT_TEMPLATES(C, F, T) \
+    C(class, models::BertLayer<T>)              \
+    C(class, models::BertModel<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_BERT_TEMPLATES);

@@ -167,3 +167,7 @@ inline void record_pruned_heads(std::map<Index, std::vector<Index>>& pruned,
 }
 
 }  // namespace headwise::detail
+
+// Not compiled into headwise::compiled (detail/compiled_templates.hpp), having no member defined
+// outside the class: not compiled: HeadOptions (a mask and a flag); not compiled: ModelOutput
+// (tensors).

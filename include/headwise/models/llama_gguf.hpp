@@ -17,6 +17,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../detail/number_string.hpp"
 #include "../io/gguf.hpp"  // also quant::dequantize_row, quant::row_bytes, quant::Type
 #include "../io/gguf_value.hpp"
@@ -24,6 +25,7 @@
 #include "../layers/weight_matrix.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "generation.hpp"  // generate over LlamaForCausalLM, which headwise::compiled holds
 #include "llama.hpp"
 
 namespace headwise::models {
@@ -430,3 +432,14 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, Ggu
 }
 
 }  // namespace headwise::models
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_LLAMA_TEMPLATES(C, F, T)                                    \
+    C(class, models::LlamaDecoderLayer<T>)                                          \
+    C(struct, models::LlamaCache<T>)                                                \
+    C(class, models::LlamaModel<T>)                                                 \
+    C(class, models::LlamaForCausalLM<T>)                                           \
+    F(std::vector<std::vector<std::int64_t>>, models::generate,                     \
+      (models::LlamaForCausalLM<T>&, const std::vector<std::vector<std::int64_t>>&, \
+       const models::GenerationOptions&))
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LLAMA_TEMPLATES);

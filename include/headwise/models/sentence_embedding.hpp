@@ -18,6 +18,7 @@
 #include <vector>        // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../io/detail/json_file.hpp"
 #include "../precision.hpp"
@@ -350,3 +351,7 @@ Tensor<T> SentenceEmbedder<T>::encode(const std::vector<std::string>& texts, Ind
 }
 
 }  // namespace headwise::models
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_SENTENCE_EMBEDDING_TEMPLATES(C, F, T) C(class, models::SentenceEmbedder<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_SENTENCE_EMBEDDING_TEMPLATES);

@@ -14,6 +14,7 @@
 #include <vector>       // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../tensor.hpp"
@@ -277,3 +278,11 @@ void AdamBase<T>::load_state_dict(const StateDict<T>& state) {
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_ADAM_TEMPLATES(C, F, T) \
+    C(struct, AdamState<T>)                     \
+    C(class, AdamBase<T>)                       \
+    C(class, Adam<T>)                           \
+    C(class, AdamW<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_ADAM_TEMPLATES);

@@ -11,13 +11,16 @@
 #include <utility>      // std::move, std::declval
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "adam.hpp"  // the schedules over Adam and AdamW that headwise::compiled holds
 #include "detail/optimizer_state.hpp"
 #include "detail/optimizer_traits.hpp"
 #include "schedules.hpp"
+#include "sgd.hpp"  // and over SGD
 
 namespace headwise {
 
@@ -185,3 +188,10 @@ void LRScheduler<Optimizer>::load_state_dict(const StateDict<T>& state) {
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_LR_SCHEDULER_TEMPLATES(C, F, T) \
+    C(class, LRScheduler<SGD<T>>)                       \
+    C(class, LRScheduler<Adam<T>>)                      \
+    C(class, LRScheduler<AdamW<T>>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LR_SCHEDULER_TEMPLATES);

@@ -11,6 +11,7 @@
 #include <vector>     // std::vector
 
 #include "../config.hpp"
+#include "../detail/compiled_templates.hpp"
 #include "../error.hpp"
 #include "../layers/module.hpp"
 #include "../tensor.hpp"
@@ -200,3 +201,7 @@ void SGD<T>::load_state_dict(const StateDict<T>& state) {
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_SGD_TEMPLATES(C, F, T) C(class, SGD<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_SGD_TEMPLATES);

@@ -14,6 +14,7 @@
 #include <vector>     // std::vector
 
 #include "../../config.hpp"
+#include "../../detail/compiled_templates.hpp"
 #include "../../error.hpp"
 #include "../../ops/rope.hpp"
 #include "../../shape.hpp"
@@ -404,3 +405,10 @@ OVCircuit<T> ov_circuit(const MultiheadAttention<T>& m, Index head) {
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_CIRCUITS_TEMPLATES(C, F, T) \
+    C(class, FactoredMatrix<T>)                     \
+    C(struct, QKCircuit<T>)                         \
+    C(struct, OVCircuit<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_CIRCUITS_TEMPLATES);

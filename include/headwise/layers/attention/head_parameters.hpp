@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../../config.hpp"
+#include "../../detail/compiled_templates.hpp"
 #include "../../shape.hpp"
 #include "../../tensor.hpp"
 #include "detail/in_proj_layout.hpp"
@@ -58,3 +59,7 @@ private:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_HEAD_PARAMETERS_TEMPLATES(C, F, T) C(class, HeadParameters<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_HEAD_PARAMETERS_TEMPLATES);

@@ -11,6 +11,7 @@
 
 #include "../../bf16.hpp"
 #include "../../config.hpp"
+#include "../../detail/compiled_templates.hpp"
 #include "../../error.hpp"
 #include "../../precision.hpp"
 #include "../../shape.hpp"
@@ -242,3 +243,7 @@ private:
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_KV_CACHE_TEMPLATES(C, F, T) C(class, KVCache<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_KV_CACHE_TEMPLATES);

@@ -18,6 +18,7 @@
 
 #include "../../bf16.hpp"
 #include "../../config.hpp"
+#include "../../detail/compiled_templates.hpp"
 #include "../../detail/parallel.hpp"
 #include "../../detail/precision_check.hpp"
 #include "../../error.hpp"
@@ -752,3 +753,10 @@ void MultiheadAttention<T>::decode_into(TensorView<const T> x_new, KVCache<T>& c
 }
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_MULTIHEAD_ATTENTION_TEMPLATES(C, F, T) \
+    C(class, MultiheadAttention<T>)                            \
+    C(struct, AttentionForward<T>)                             \
+    C(struct, AttentionGradients<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_MULTIHEAD_ATTENTION_TEMPLATES);

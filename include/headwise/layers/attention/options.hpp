@@ -5,6 +5,7 @@
 #include <optional>  // std::optional
 
 #include "../../config.hpp"
+#include "../../detail/compiled_templates.hpp"
 #include "../../ops/blocked_attention.hpp"
 #include "../../ops/rope.hpp"
 #include "../../ops/score_mask.hpp"
@@ -191,3 +192,7 @@ struct AttentionBackwardOptions {
 };
 
 }  // namespace headwise
+
+// Compiled once into headwise::compiled (detail/compiled_templates.hpp).
+#define HEADWISE_DETAIL_ATTENTION_OPTIONS_TEMPLATES(C, F, T) C(struct, AttentionMasks<T>)
+HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_ATTENTION_OPTIONS_TEMPLATES);
