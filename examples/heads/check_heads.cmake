@@ -12,7 +12,7 @@ if(model STREQUAL "" OR NOT EXISTS "${model}/model.safetensors")
 endif()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
-execute_process(COMMAND "${HEADS}" "${model}" "${PAIRS}" --pairs 4 --draws 1 --csv "${WORK}/i.csv"
+execute_process(COMMAND "${HEADS}" "${model}" "${PAIRS}" --pairs 2 --draws 1 --csv "${WORK}/i.csv"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "heads exited with '${rc}': ${err}")
