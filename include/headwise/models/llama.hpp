@@ -466,17 +466,7 @@ inline LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
         if (sliding)
             file.fail("use_sliding_window", "sliding-window attention is not supported, got true");
     } else {
-        if (qwen2) {  // Qwen2Attention: q/k/v_proj with biases, o_proj without
-            c.attention_bias = true;
-            c.o_proj_bias = false;
-            bool sliding = false;
-            file.boolean("use_sliding_window", sliding);
-            if (sliding)
-                file.fail("use_sliding_window",
-                          "sliding-window attention is not supported, got true");
-        } else {
-            file.boolean("attention_bias", c.attention_bias);
-        }
+        file.boolean("attention_bias", c.attention_bias);
     }
     file.boolean("mlp_bias", c.mlp_bias);
     file.boolean("tie_word_embeddings", c.tie_word_embeddings);

@@ -154,6 +154,10 @@ void rope_tables(Index first, double base, double scaling_factor, const RopeScal
 /// whose longest position is max_position (read by RopeScalingType::dynamic only).
 inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
                                             Index max_position);
+/// The one theta_i of rope_frequencies, computed without allocating (decode fills its tables
+/// on every step).
+inline double rope_frequency(double base, Index D, const RopeScaling& scaling, Index max_position,
+                             Index i);
 
 /// Throws std::invalid_argument naming `fn` and `name`.<field> unless `scaling`'s parameters
 /// are usable: a type that is an enumerator; for every type but none a finite factor of at
@@ -209,11 +213,11 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
     Index longest = 0;  // the call's longest position (dynamic scaling's sequence length - 1)
     if (scaling.type == RopeScalingType::dynamic)
         for (Index r = 0; r < R; ++r) longest = std::max(longest, position(r));
-    const std::vector<double> theta = ops::rope_frequencies(base, 2 * half, scaling, longest);
     const double mscale = scaling.type == RopeScalingType::yarn ? scaling.attention_factor : 1.0;
     for (Index i = 0; i < half; ++i) {
-        // theta_i, slowed down by the linear scaling factor.
-        const double t = theta[static_cast<std::size_t>(i)] / scaling_factor;
+        // theta_i, slowed down by the linear scaling factor (no allocation: decode fills the
+        // tables on every step).
+        const double t = ops::rope_frequency(base, 2 * half, scaling, longest, i) / scaling_factor;
         for (Index r = 0; r < R; ++r) {
             const double angle = static_cast<double>(position(r)) * t;
             Cos(r, i) = static_cast<T>(mscale * std::cos(angle));
@@ -290,9 +294,8 @@ inline void check_rope_scaling(const char* fn, const std::string& name,
     }
 }
 
-inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
-                                            Index max_position) {
-    const Index half = D / 2;
+inline double rope_frequency(double base, Index D, const RopeScaling& scaling, Index max_position,
+                             Index i) {
     const double d = static_cast<double>(D);
     const double factor = scaling.factor;
     const double original = static_cast<double>(scaling.original_max_position);
@@ -301,28 +304,22 @@ inline std::vector<double> rope_frequencies(double base, Index D, const RopeScal
         const double n = std::max(static_cast<double>(max_position) + 1.0, original);
         base *= std::pow(factor * n / original - (factor - 1.0), d / (d - 2.0));
     }
-    std::vector<double> theta(static_cast<std::size_t>(half));
-    for (Index i = 0; i < half; ++i)  // theta_i = base^(-2i / D)
-        theta[static_cast<std::size_t>(i)] = std::pow(base, -2.0 * static_cast<double>(i) / d);
+    const double t = std::pow(base, -2.0 * static_cast<double>(i) / d);  // base^(-2i / D)
+    const double pi = 3.14159265358979323846;
     if (scaling.type == RopeScalingType::llama3) {
         // _compute_llama3_parameters: by wavelength, slowed down, kept, or interpolated.
-        const double pi = 3.14159265358979323846;
         const double low_wavelength = original / scaling.low_freq_factor;
         const double high_wavelength = original / scaling.high_freq_factor;
-        for (double& t : theta) {
-            const double wavelength = 2.0 * pi / t;
-            if (wavelength > low_wavelength) {
-                t /= factor;
-            } else if (!(wavelength < high_wavelength)) {
-                const double s = (original / wavelength - scaling.low_freq_factor) /
-                                 (scaling.high_freq_factor - scaling.low_freq_factor);
-                t = (1.0 - s) * t / factor + s * t;
-            }
-        }
-    } else if (scaling.type == RopeScalingType::yarn) {
+        const double wavelength = 2.0 * pi / t;
+        if (wavelength > low_wavelength) return t / factor;
+        if (wavelength < high_wavelength) return t;
+        const double s = (original / wavelength - scaling.low_freq_factor) /
+                         (scaling.high_freq_factor - scaling.low_freq_factor);
+        return (1.0 - s) * t / factor + s * t;
+    }
+    if (scaling.type == RopeScalingType::yarn) {
         // _compute_yarn_parameters: the pair where theta_i turns `rotations` times in the
         // original context, a ramp between those of beta_fast and beta_slow.
-        const double pi = 3.14159265358979323846;
         const auto correction = [&](double rotations) {
             return d * std::log(original / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
         };
@@ -334,13 +331,18 @@ inline std::vector<double> rope_frequencies(double base, Index D, const RopeScal
         low = std::max(low, 0.0);
         high = std::min(high, d - 1.0);
         if (low == high) high += 0.001;  // as Hugging Face, against a zero-width ramp
-        for (Index i = 0; i < half; ++i) {
-            double& t = theta[static_cast<std::size_t>(i)];
-            const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
-            const double extrapolation = 1.0 - ramp;  // share of the unscaled frequency
-            t = t / factor * (1.0 - extrapolation) + t * extrapolation;
-        }
+        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+        const double extrapolation = 1.0 - ramp;  // share of the unscaled frequency
+        return t / factor * (1.0 - extrapolation) + t * extrapolation;
     }
+    return t;
+}
+
+inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
+                                            Index max_position) {
+    std::vector<double> theta(static_cast<std::size_t>(D / 2));
+    for (Index i = 0; i < D / 2; ++i)
+        theta[static_cast<std::size_t>(i)] = rope_frequency(base, D, scaling, max_position, i);
     return theta;
 }
 
