@@ -13,14 +13,17 @@
 // How to read it: each header that defines such templates ends with
 //
 //   #define HEADWISE_DETAIL_LINEAR_TEMPLATES(C, F, T) C(class, Linear<T>)
-//   HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LINEAR_TEMPLATES)
+//   HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_LINEAR_TEMPLATES);
 //
 // where the list calls C(class-key, type) for each class template over the scalar T (the key as
 // the template declares it: clang warns of a mismatch) and F(return type, name, (parameter types))
 // for each function template; names are relative to namespace headwise. One line per template, so
-// that a new module is one new line beside its definition. tests/compiled_templates.cmake fails
-// when a `template <class T> class|struct Name` of layers/, layers/attention/, optim/, autograd/ or
-// models/ is named by no list of its header and by no "not compiled:" line of it.
+// that a new module is one new line beside its definition. A template is listed where all its
+// members are defined: the Llama models' in llama_gguf.hpp, which defines their from_gguf (an
+// explicit instantiation compiles only the members defined before it).
+// tests/compiled_templates.cmake fails when a `template <class T> class|struct Name` of layers/,
+// layers/attention/, optim/, autograd/ or models/ is named by no header's list and by no
+// "not compiled: Name" line.
 //
 // What the macro expands to, in namespace headwise:
 // - HEADWISE_DETAIL_INSTANTIATE defined (to float or double): the explicit instantiation
