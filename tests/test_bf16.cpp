@@ -11,6 +11,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_bf16 {
+
 using headwise::BFloat16;
 
 namespace {
@@ -97,3 +99,5 @@ TEST_CASE("the array conversions match the scalar ones", "[bf16]") {
         CHECK(std::abs(back[i] - src[i]) <= std::ldexp(std::abs(src[i]), -8));
     }
 }
+
+}  // namespace test_bf16

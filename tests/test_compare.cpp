@@ -8,6 +8,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_compare {
+
 using headwise::Difference;
 using headwise::Index;
 using headwise::Shape;
@@ -120,3 +122,5 @@ TEST_CASE("comparing tensors of different shapes throws", "[compare]") {
     REQUIRE_THROWS_WITH(headwise::allclose(a, Tensor<float>(Shape{6})),
                         "headwise::allclose: b: expected shape [2, 3], got [6]");
 }
+
+}  // namespace test_compare

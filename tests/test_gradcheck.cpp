@@ -14,6 +14,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_gradcheck {
+
 using headwise::GradcheckOptions;
 using headwise::GradcheckResult;
 using headwise::Index;
@@ -319,3 +321,5 @@ TEST_CASE("gradcheck argument errors", "[gradcheck]") {
     REQUIRE_THROWS_WITH(headwise::gradcheck(unstable, zero, big, rng),
                         "headwise::gradcheck: f(perturbed inputs): expected shape [2], got [1]");
 }
+
+}  // namespace test_gradcheck

@@ -12,6 +12,8 @@
 #include "support/distribution.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_init {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -156,3 +158,5 @@ TEMPLATE_TEST_CASE("constant_ and zeros_ fill every element", "[init]", float, d
     headwise::zeros_(w.view());
     for (TestType v : w) CHECK(v == TestType(0));
 }
+
+}  // namespace test_init

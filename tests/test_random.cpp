@@ -9,6 +9,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_random {
+
 namespace {
 
 /// A "generator" that always returns the same value.
@@ -120,3 +122,5 @@ TEST_CASE("the same seed gives the same stream, another seed another one", "[ran
     CHECK(same == 50);
     CHECK(differ == 50);
 }
+
+}  // namespace test_random

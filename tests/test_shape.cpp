@@ -8,6 +8,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_shape {
+
 using headwise::Index;
 using headwise::Shape;
 
@@ -120,3 +122,5 @@ TEST_CASE("an element count that overflows Index throws, naming the shape", "[sh
                         "headwise::Shape::numel: shape [4611686018427387904, 2] has "
                         "more elements than an Index (64-bit signed) can count");
 }
+
+}  // namespace test_shape

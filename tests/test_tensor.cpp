@@ -26,6 +26,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_tensor {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -511,3 +513,5 @@ TEST_CASE("a tensor whose byte size overflows throws before allocating", "[tenso
     REQUIRE_THROWS_AS(TensorView<float>(&x, s), std::length_error);
     REQUIRE_THROWS_AS(Tensor<float>(s), std::length_error);
 }
+
+}  // namespace test_tensor

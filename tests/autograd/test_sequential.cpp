@@ -9,6 +9,8 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 
+namespace test_sequential {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -84,3 +86,5 @@ TEMPLATE_TEST_CASE("Sequential and Residual: the gradients of the layers applied
         CHECK(identical(got.at(entry.first), entry.second));
     }
 }
+
+}  // namespace test_sequential

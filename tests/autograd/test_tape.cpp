@@ -19,6 +19,8 @@
 #include "support/match.hpp"
 #include "support/parameter_vectors.hpp"
 
+namespace test_tape {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -556,3 +558,5 @@ TEST_CASE("tape: a Var of a destroyed tape is refused, by a new tape at the same
     const Var<double> z = other.input(Tensor<double>::randn(Shape{2, 3}, rng), true);
     CHECK_THROWS_WITH(ag::add(leaf, z), "headwise::autograd::add: b: belongs to another tape");
 }
+
+}  // namespace test_tape

@@ -17,6 +17,8 @@
 #include "support/match.hpp"
 #include "support/parameter_vectors.hpp"
 
+namespace test_tape_gpt {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -143,3 +145,5 @@ TEST_CASE("gpt: the parameters' names and count, evaluation records nothing") {
     CHECK(identical(Tensor<float>(same.value()), Tensor<float>(logits.value())));
     CHECK(!model.h[1].attn.is_training());
 }
+
+}  // namespace test_tape_gpt

@@ -18,6 +18,8 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 
+namespace test_tape_modules {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -305,3 +307,5 @@ TEST_CASE("apply: a Sequential of Linear, SwiGLU and RMSNorm trains with AdamW")
     CHECK(losses.back() < 0.8 * losses.front());
     for (std::size_t i = 1; i < losses.size(); ++i) CHECK(losses[i] <= losses[i - 1] * 1.05);
 }
+
+}  // namespace test_tape_modules

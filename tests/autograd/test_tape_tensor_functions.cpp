@@ -20,6 +20,8 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 
+namespace test_tape_tensor_functions {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -385,3 +387,5 @@ TEST_CASE("Tape::parameter: a tied LM head adds into the embedding's gradient") 
         for (Index i = 0; i < table.grad.numel(); ++i) CHECK(table.grad.data()[i] == 0.0);
     }
 }
+
+}  // namespace test_tape_tensor_functions

@@ -12,6 +12,8 @@
 #include "support/instantiations.hpp"
 #include "support/sort_model_by_hand.hpp"  // the hand-written backward
 
+namespace test_tape_train_sort {
+
 using headwise::Index;
 using headwise::Tensor;
 using sort_model::SortModel;
@@ -93,3 +95,5 @@ TEST_CASE("tape: train_sort's 100 steps give the hand-written backward's loss cu
                           static_cast<std::size_t>(expected.numel()) * sizeof(T)) == 0);
     }
 }
+
+}  // namespace test_tape_train_sort

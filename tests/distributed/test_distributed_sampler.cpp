@@ -12,6 +12,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_distributed_sampler {
+
 using headwise::Index;
 using headwise::distributed::DistributedSampler;
 
@@ -125,3 +127,5 @@ TEST_CASE("DistributedSampler: sizes near the largest Index, without overflow", 
         Message(std::string(fn) + "size: padded to a multiple of world = 3, must stay at most "
                                   "9223372036854775807, got 9223372036854775807"));
 }
+
+}  // namespace test_distributed_sampler

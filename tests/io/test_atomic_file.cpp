@@ -25,6 +25,8 @@
 #include "support/golden.hpp"
 #include "support/special_files.hpp"
 
+namespace test_atomic_file {
+
 using headwise::Shape;
 using headwise::Tensor;
 using headwise::test::make_socket;
@@ -112,3 +114,5 @@ TEST_CASE("AtomicFile refuses a special target before creating its temporary fil
                          Message("f: " + dir.file("fifo") + ": is a FIFO, not a regular file"));
     CHECK(listing(dir.path()) == std::vector<std::string>{"fifo"});
 }
+
+}  // namespace test_atomic_file

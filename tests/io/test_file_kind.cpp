@@ -23,6 +23,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_file_kind {
+
 using headwise::detail::FileKind;
 using headwise::test::ScratchDir;
 
@@ -246,3 +248,5 @@ TEST_CASE("load_safetensors names a file of another kind and says what to do", "
     CHECK(sd.at("a").shape() == headwise::Shape{2});
 }
 #endif
+
+}  // namespace test_file_kind

@@ -22,6 +22,8 @@
 #include "support/failing_writes.hpp"
 #include "support/golden.hpp"
 
+namespace test_io_gguf {
+
 using namespace headwise;
 using headwise::io::GgufValue;
 using headwise::io::GgufValueType;
@@ -529,3 +531,5 @@ TEST_CASE("malformed GGUF tensor infos are refused by name", "[io][gguf]") {
     CHECK(error_of(ok.bytes) == "no error");
     CHECK(error_of(Image::header(0, 0).bytes) == "no error");
 }
+
+}  // namespace test_io_gguf

@@ -22,6 +22,8 @@
 #include "support/failing_writes.hpp"
 #include "support/golden.hpp"
 
+namespace test_io_npy {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -563,3 +565,5 @@ TEST_CASE("load_npy_dict and save_npy_dict keep PyTorch's state-dict keys", "[io
                           std::invalid_argument);
     }
 }
+
+}  // namespace test_io_npy

@@ -22,6 +22,8 @@
 #include "support/golden.hpp"
 #include "support/match.hpp"
 
+namespace test_io_safetensors {
+
 using namespace headwise;
 using headwise::test::FillingDevice;
 using headwise::test::listing;
@@ -131,16 +133,15 @@ TEST_CASE("F16, BF16, F32 and F64 entries read as the exact values", "[io][safet
 TEST_CASE("integer and BOOL entries load as T when exactly representable", "[io][safetensors]") {
     // An int64 buffer as PyTorch checkpoints hold (BERT's embeddings.position_ids), then the
     // other integer dtypes, each with its extreme values, little-endian.
-    const std::string header =
-        R"({"ids":{"dtype":"I64","shape":[1,4],"data_offsets":[0,32]},)"
-        R"("i8":{"dtype":"I8","shape":[2],"data_offsets":[32,34]},)"
-        R"("u8":{"dtype":"U8","shape":[1],"data_offsets":[34,35]},)"
-        R"("b":{"dtype":"BOOL","shape":[2],"data_offsets":[35,37]},)"
-        R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[37,39]},)"
-        R"("u16":{"dtype":"U16","shape":[1],"data_offsets":[39,41]},)"
-        R"("i32":{"dtype":"I32","shape":[1],"data_offsets":[41,45]},)"
-        R"("u32":{"dtype":"U32","shape":[1],"data_offsets":[45,49]},)"
-        R"("u64":{"dtype":"U64","shape":[1],"data_offsets":[49,57]}})";
+    const std::string header = R"({"ids":{"dtype":"I64","shape":[1,4],"data_offsets":[0,32]},)"
+                               R"("i8":{"dtype":"I8","shape":[2],"data_offsets":[32,34]},)"
+                               R"("u8":{"dtype":"U8","shape":[1],"data_offsets":[34,35]},)"
+                               R"("b":{"dtype":"BOOL","shape":[2],"data_offsets":[35,37]},)"
+                               R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[37,39]},)"
+                               R"("u16":{"dtype":"U16","shape":[1],"data_offsets":[39,41]},)"
+                               R"("i32":{"dtype":"I32","shape":[1],"data_offsets":[41,45]},)"
+                               R"("u32":{"dtype":"U32","shape":[1],"data_offsets":[45,49]},)"
+                               R"("u64":{"dtype":"U64","shape":[1],"data_offsets":[49,57]}})";
     std::vector<std::uint8_t> bytes = image(header, 57);
     std::uint8_t* d = bytes.data() + 8 + header.size();
     const auto put = [](std::uint8_t* p, std::uint64_t v, int n) {
@@ -148,15 +149,15 @@ TEST_CASE("integer and BOOL entries load as T when exactly representable", "[io]
     };
     const std::int64_t ids[4] = {0, 1, -2, (std::int64_t{1} << 24)};
     for (int i = 0; i < 4; ++i) put(d + 8 * i, static_cast<std::uint64_t>(ids[i]), 8);
-    put(d + 32, 0x80, 1);          // I8 -128
-    put(d + 33, 0x7F, 1);          // I8 127
-    put(d + 34, 0xFF, 1);          // U8 255
-    put(d + 35, 0, 1);             // BOOL false
-    put(d + 36, 1, 1);             // BOOL true
-    put(d + 37, 0x8000, 2);        // I16 -32768
-    put(d + 39, 0xFFFF, 2);        // U16 65535
-    put(d + 41, 0xFFFFFFFF, 4);    // I32 -1
-    put(d + 45, 0x01000000, 4);    // U32 2^24
+    put(d + 32, 0x80, 1);                    // I8 -128
+    put(d + 33, 0x7F, 1);                    // I8 127
+    put(d + 34, 0xFF, 1);                    // U8 255
+    put(d + 35, 0, 1);                       // BOOL false
+    put(d + 36, 1, 1);                       // BOOL true
+    put(d + 37, 0x8000, 2);                  // I16 -32768
+    put(d + 39, 0xFFFF, 2);                  // U16 65535
+    put(d + 41, 0xFFFFFFFF, 4);              // I32 -1
+    put(d + 45, 0x01000000, 4);              // U32 2^24
     put(d + 49, std::uint64_t{1} << 63, 8);  // U64 2^63: a power of two, exact in float
     const auto sd = io::parse_safetensors<float>(bytes.data(), bytes.size(), "m.safetensors");
     REQUIRE(sd.at("ids").shape() == Shape{1, 4});
@@ -175,8 +176,9 @@ TEST_CASE("integer and BOOL entries load as T when exactly representable", "[io]
 
     // 2^24 + 1 has no float, but a double: the error names the entry, the element and the value.
     put(d + 8 * 3, (std::uint64_t{1} << 24) + 1, 8);
-    CHECK(error_of(bytes) == kFn + "entry 'ids': element 3 (16777217) is not exactly "
-                                   "representable in float");
+    CHECK(error_of(bytes) == kFn +
+                                 "entry 'ids': element 3 (16777217) is not exactly "
+                                 "representable in float");
     CHECK(io::parse_safetensors<double>(bytes.data(), bytes.size()).at("ids").data()[3] ==
           16777217.0);
     put(d + 8 * 3, 7, 8);
@@ -184,8 +186,9 @@ TEST_CASE("integer and BOOL entries load as T when exactly representable", "[io]
     CHECK(error_of(bytes) == kFn + "entry 'b': BOOL element 1 is the byte 2, expected 0 or 1");
     put(d + 36, 1, 1);
     put(d + 49, ~std::uint64_t{0}, 8);  // 2^64 - 1 rounds to 2^64 in float and in double
-    CHECK(error_of(bytes) == kFn + "entry 'u64': element 0 (18446744073709551615) is not "
-                                   "exactly representable in float");
+    CHECK(error_of(bytes) == kFn +
+                                 "entry 'u64': element 0 (18446744073709551615) is not "
+                                 "exactly representable in float");
 }
 
 TEST_CASE("malformed safetensors files throw errors naming the file and the entry",
@@ -203,8 +206,9 @@ TEST_CASE("malformed safetensors files throw errors naming the file and the entr
     CHECK(error_of(image(R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", 8)) ==
           kFn + "entry 'a': unknown dtype 'Q7'");
     CHECK(error_of(image(R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1)) ==
-          kFn + "entry 'a': dtype F8_E4M3 is not supported (F32, F64, BF16, F16 and the integer "
-                "dtypes are)");
+          kFn +
+              "entry 'a': dtype F8_E4M3 is not supported (F32, F64, BF16, F16 and the integer "
+              "dtypes are)");
     CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8)) ==
           kFn + "entry 'a': data_offsets [0, 16] run past the 8 bytes of data");
     CHECK(error_of(image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)) ==
@@ -292,7 +296,7 @@ TEST_CASE("no error message echoes more than a few hundred bytes of the file",
 
 TEST_CASE("only JSON whitespace may follow the header's JSON object", "[io][safetensors][errors]") {
     const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-    CHECK(error_of(image(ok + "      ", 8)) == "no error");  // the format's padding
+    CHECK(error_of(image(ok + "      ", 8)) == "no error");   // the format's padding
     CHECK(error_of(image(ok + " \n\t\r", 8)) == "no error");  // JSON whitespace, as a JSON reader
     CHECK(error_of(image(ok + std::string("\0garbage", 8), 8)) ==
           kFn +
@@ -424,7 +428,6 @@ std::string file_bytes(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-
 std::map<std::string, Tensor<float>> some_weights(std::uint64_t seed, Index n) {
     Generator rng(seed);
     std::map<std::string, Tensor<float>> sd;
@@ -498,3 +501,5 @@ TEST_CASE("a successful save replaces the file and keeps its permissions",
           (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
     CHECK(listing(dir.path()) == std::vector<std::string>{"m.safetensors"});
 }
+
+}  // namespace test_io_safetensors

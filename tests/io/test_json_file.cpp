@@ -18,6 +18,8 @@
 #include "support/golden.hpp"
 #include "support/special_files.hpp"
 
+namespace test_json_file {
+
 using headwise::detail::describe_json;
 using headwise::detail::quote_bounded;
 using headwise::detail::read_json_file;
@@ -199,3 +201,5 @@ TEST_CASE("a text file larger than 64 MiB is refused before it is read", "[detai
                                      "have"));
     }
 }
+
+}  // namespace test_json_file

@@ -19,6 +19,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_embedding_table {
+
 using headwise::Embedding;
 using headwise::FloatWeights;
 using headwise::Index;
@@ -142,3 +144,5 @@ TEST_CASE("an uninitialized embedding allocates its gradient on first use", "[em
     (void)e.grad_weight();
     CHECK(e.has_grad_buffers());
 }
+
+}  // namespace test_embedding_table

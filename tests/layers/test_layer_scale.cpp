@@ -9,6 +9,8 @@
 #include "headwise/layers/module.hpp"
 #include "support/catch.hpp"
 
+namespace test_layer_scale {
+
 using headwise::Index;
 using headwise::LayerScale;
 using headwise::Shape;
@@ -108,3 +110,5 @@ TEST_CASE("LayerScale gets the module contract from its declaration", "[layer_sc
     CHECK_FALSE(ls.float_weights_released());
     CHECK(ls.memory_bytes() == 3 * sizeof(float));
 }
+
+}  // namespace test_layer_scale

@@ -20,6 +20,8 @@
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_layers {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::load_training_case;
@@ -357,3 +359,5 @@ TEST_CASE("Embedding refuses indices of the largest rank, naming itself", "[laye
     const Tensor<std::int64_t> seven(Shape{1, 1, 1, 1, 1, 1, 3});
     CHECK(emb.forward(seven).shape() == Shape{1, 1, 1, 1, 1, 1, 3, 2});
 }
+
+}  // namespace test_layers

@@ -19,6 +19,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_linear {
+
 using headwise::Index;
 using headwise::Linear;
 using headwise::Shape;
@@ -349,3 +351,5 @@ TEST_CASE("Linear passes a central-difference gradient check over x, weight and 
     CHECK(result.max_rel_error <= 1e-6);
     CHECK(result.checked == inputs[0].numel() + inputs[1].numel() + inputs[2].numel());
 }
+
+}  // namespace test_linear

@@ -15,6 +15,8 @@
 #include "support/instantiations.hpp"
 #include "support/relative_error.hpp"
 
+namespace test_linear_bf16 {
+
 using headwise::BFloat16;
 using headwise::Index;
 using headwise::Linear;
@@ -109,3 +111,5 @@ TEST_CASE("Linear<double> refuses bf16", "[linear][bf16]") {
     }
     CHECK(d.precision() == Precision::float32);
 }
+
+}  // namespace test_linear_bf16

@@ -15,6 +15,8 @@
 #include "support/catch.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_linear_bf16_release {
+
 using headwise::BFloat16;
 using headwise::FloatWeights;
 using headwise::Index;
@@ -212,3 +214,5 @@ TEST_CASE("Linear<double> refuses bf16 release, and unknown FloatWeights values 
     CHECK(f.precision() == Precision::float32);
     CHECK_FALSE(f.float_weights_released());
 }
+
+}  // namespace test_linear_bf16_release

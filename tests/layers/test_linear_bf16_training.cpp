@@ -14,6 +14,8 @@
 #include "support/instantiations.hpp"
 #include "support/relative_error.hpp"
 
+namespace test_linear_bf16_training {
+
 using headwise::Index;
 using headwise::Linear;
 using headwise::Precision;
@@ -146,3 +148,5 @@ TEST_CASE(
     const Tensor<float> fresh = layer.forward(x);
     CHECK(relative_error(fresh.data(), y0.data(), N * out) == 0.0);
 }
+
+}  // namespace test_linear_bf16_training

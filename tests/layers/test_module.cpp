@@ -13,6 +13,8 @@
 #include "support/instantiations.hpp"
 #include "support/match.hpp"
 
+namespace test_module {
+
 using namespace headwise;
 using Catch::Matchers::Message;
 
@@ -132,3 +134,5 @@ TEST_CASE("load_state_dict with a prefix reads only its keys and names every pro
                 "encoder.attn.out_proj.weight, encoder.attn.out_proj.bias"));
     CHECK(m.state_dict().at("out_proj.bias")(1) == 0.25);  // unchanged by the failed loads
 }
+
+}  // namespace test_module

@@ -19,6 +19,8 @@
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_rms_norm {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kGoldenTolerance;
@@ -353,3 +355,5 @@ TEST_CASE("RMSNorm errors name the function, the argument and the shapes", "[rms
                          Message("headwise::RMSNorm::load_state_dict: weight: expected shape "
                                  "[4], got [5]"));
 }
+
+}  // namespace test_rms_norm

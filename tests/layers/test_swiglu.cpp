@@ -20,6 +20,8 @@
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_swiglu {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kGoldenTolerance;
@@ -407,3 +409,5 @@ TEST_CASE("SwiGLU errors name the function, the argument and the shapes", "[swig
                          Message("headwise::SwiGLU::load_state_dict: up_proj.weight: expected "
                                  "shape [6, 4], got [4, 6]"));
 }
+
+}  // namespace test_swiglu

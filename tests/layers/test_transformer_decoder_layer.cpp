@@ -21,6 +21,8 @@
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_transformer_decoder_layer {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kProjections;
@@ -404,3 +406,5 @@ TEST_CASE("the decoder layer's options are checked, and with_projection reaches 
     CHECK(layer.self_attn().projection() == Projection::per_head);
     CHECK(layer.multihead_attn().projection() == Projection::per_head);
 }
+
+}  // namespace test_transformer_decoder_layer

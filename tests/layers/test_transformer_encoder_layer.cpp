@@ -19,6 +19,8 @@
 #include "support/tolerance.hpp"
 #include "support/training_golden.hpp"  // cast
 
+namespace test_transformer_encoder_layer {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kProjections;
@@ -196,3 +198,5 @@ TEST_CASE("the encoder layer's errors name its own options, and with_projection 
     CHECK(layer.options().projection == Projection::per_head);
     CHECK(layer.self_attn().projection() == Projection::per_head);
 }
+
+}  // namespace test_transformer_encoder_layer

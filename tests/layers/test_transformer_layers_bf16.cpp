@@ -23,6 +23,8 @@
 #include "support/relative_error.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_transformer_layers_bf16 {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::kProjections;
@@ -251,3 +253,5 @@ TEST_CASE("the layers' with_precision refuses double and unknown values, changin
     CHECK_THROWS_AS(mlp.with_precision(bad), std::invalid_argument);
     CHECK(mlp.precision() == Precision::float32);
 }
+
+}  // namespace test_transformer_layers_bf16

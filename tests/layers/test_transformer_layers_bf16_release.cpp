@@ -19,6 +19,8 @@
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_transformer_layers_bf16_release {
+
 using namespace headwise;
 using headwise::test::check_refused;
 using headwise::test::kProjections;
@@ -220,3 +222,5 @@ TEST_CASE("the layers refuse bf16 release in double and unknown FloatWeights val
     CHECK(f.precision() == Precision::float32);
     CHECK(f.self_attn().precision() == Precision::float32);
 }
+
+}  // namespace test_transformer_layers_bf16_release

@@ -15,6 +15,8 @@
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_uninitialized {
+
 using headwise::Generator;
 using headwise::Index;
 using headwise::Shape;
@@ -143,3 +145,5 @@ TEMPLATE_TEST_CASE(
         CHECK(other.num_heads() == o.num_heads - 1);
     }
 }
+
+}  // namespace test_uninitialized

@@ -21,6 +21,8 @@
 #include "support/catch.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_weight_types {
+
 using headwise::FloatWeights;
 using headwise::Index;
 using headwise::Linear;
@@ -231,3 +233,5 @@ TEST_CASE("MultiheadAttention and SwiGLU are switched by the one walk",
         mlp.backward(f, dym),
         Catch::Matchers::StartsWith("headwise::SwiGLU::backward: the weight is stored as Q4_0"));
 }
+
+}  // namespace test_weight_types

@@ -16,6 +16,8 @@
 #include "support/match.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_losses {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::load_training_case;
@@ -222,3 +224,5 @@ TEST_CASE("loss errors name the function, the argument and the value", "[losses]
     CHECK_THROWS_MATCHES(mse_loss<double>(logits, Tensor<double>(Shape{3, 2})), shape_error,
                          Message("headwise::mse_loss: target: expected shape [2, 3], got [3, 2]"));
 }
+
+}  // namespace test_losses

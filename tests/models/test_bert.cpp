@@ -22,6 +22,8 @@
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
+namespace test_bert {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Shape;
@@ -231,3 +233,5 @@ TEST_CASE("SentenceEmbeddingConfig reads modules.json and the pooling config",
                 "supported (Transformer, Pooling, Normalize are)"));
 }
 #endif
+
+}  // namespace test_bert

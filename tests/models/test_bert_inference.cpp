@@ -10,6 +10,8 @@
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_bert_inference {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Shape;
@@ -53,3 +55,5 @@ TEST_CASE("BertModel: layers passing one set of attention scratch compute what f
     BertModel<float> fresh_a = untouched;
     CHECK(same_bits(first_a, fresh_a.forward(a)));
 }
+
+}  // namespace test_bert_inference

@@ -16,6 +16,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_generation {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -232,3 +234,5 @@ TEST_CASE("generate checks the KV cache length before it allocates", "[generate]
                       "got -1e-310");
     CHECK(unbounded.capacity == -1);
 }
+
+}  // namespace test_generation

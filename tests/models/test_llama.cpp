@@ -21,6 +21,8 @@
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
+namespace test_llama {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Shape;
@@ -312,3 +314,5 @@ TEST_CASE("left_pad pads each prompt on the left to the longest, marking the pad
     CHECK(none.ids.shape() == Shape{0, 0});
     CHECK(none.padding.shape() == Shape{0, 0});
 }
+
+}  // namespace test_llama

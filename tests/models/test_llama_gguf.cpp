@@ -26,6 +26,8 @@
 #include "support/match.hpp"
 #include "support/projections.hpp"
 
+namespace test_llama_gguf {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Shape;
@@ -425,3 +427,5 @@ TEST_CASE("from_gguf refuses stored weights for a double model and a GgufWeights
     INFO(diff.str());
     CHECK(diff.rel < 1e-10);
 }
+
+}  // namespace test_llama_gguf

@@ -23,6 +23,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_llama_text {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -233,3 +235,5 @@ TEST_CASE("perplexity() of the GGUF file dequantized is the directory's", "[llam
     CHECK(headwise::models::perplexity(a, tokens, o).perplexity ==
           headwise::models::perplexity(b, tokens, o).perplexity);
 }
+
+}  // namespace test_llama_text

@@ -25,6 +25,8 @@
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
+namespace test_llama_variants {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::RopeScalingType;
@@ -328,3 +330,5 @@ TEST_CASE("GGUF rope scalings other than linear are refused by name", "[llama][v
                     "8"));
     }
 }
+
+}  // namespace test_llama_variants

@@ -23,6 +23,8 @@
 #include "support/golden_models.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_model_directories {
+
 using headwise::models::BertModel;
 using headwise::models::LlamaForCausalLM;
 using headwise::test::ScratchDir;
@@ -289,3 +291,5 @@ TEST_CASE("sentence-transformers files that are no regular files or disagree are
     CHECK(SentenceEmbedder<float>::from_directory(d).dimension() == 8);
 }
 #endif
+
+}  // namespace test_model_directories

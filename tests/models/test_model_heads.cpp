@@ -22,6 +22,8 @@
 #include "support/instantiations.hpp"
 #include "support/projections.hpp"
 
+namespace test_model_heads {
+
 using headwise::AttentionMasks;
 using headwise::Index;
 using headwise::Projection;
@@ -547,3 +549,5 @@ TEST_CASE("BertConfig reads pruned_heads from config.json") {
           "pruned_heads: expected heads in [0, num_attention_heads = 4), got 4");
     CHECK(error(R"({"1": 2})") == "pruned_heads: expected a list of heads, got 2");
 }
+
+}  // namespace test_model_heads

@@ -24,6 +24,8 @@
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
 
+namespace test_models_bf16 {
+
 using headwise::Index;
 using headwise::Precision;
 using headwise::Projection;
@@ -201,3 +203,5 @@ TEST_CASE("the models' with_precision refuses double and unknown values, changin
     CHECK(bert.precision() == Precision::float32);
     CHECK(bert.layers().front().attention().precision() == Precision::float32);
 }
+
+}  // namespace test_models_bf16

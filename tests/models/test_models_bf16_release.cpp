@@ -27,6 +27,8 @@
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_models_bf16_release {
+
 using headwise::FloatWeights;
 using headwise::Index;
 using headwise::Precision;
@@ -194,3 +196,5 @@ TEST_CASE("the models refuse bf16 release in double", "[models][bf16][release][e
     CHECK_FALSE(bert_d.float_weights_released());
     CHECK(bert_d.precision() == Precision::float32);
 }
+
+}  // namespace test_models_bf16_release

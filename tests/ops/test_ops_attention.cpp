@@ -15,6 +15,8 @@
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_attention {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -365,3 +367,5 @@ TEST_CASE("the attention kernels check every shape in every build, before writin
     CHECK(test::identical(dV, Tensor<double>(Shape{S, Dv})));
     CHECK_NOTHROW(backward(dK));
 }
+
+}  // namespace test_ops_attention

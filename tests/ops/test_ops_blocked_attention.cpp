@@ -17,6 +17,8 @@
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_blocked_attention {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -440,3 +442,5 @@ TEST_CASE("the blocked kernels check every shape and the tiles in every build", 
     CHECK(test::identical(O, Tensor<double>(Shape{L, D})));  // nothing written
     CHECK_NOTHROW(forward(V, LSE, tiles));
 }
+
+}  // namespace test_ops_blocked_attention

@@ -5,6 +5,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_ops_dropout {
+
 using namespace headwise;
 
 TEST_CASE("dropout keeps about 1 - p of the entries, scaled by 1 / (1 - p)", "[ops][dropout]") {
@@ -51,3 +53,5 @@ TEST_CASE("dropout in place equals dropout into another buffer", "[ops][dropout]
     for (Index i = 0; i < x.numel(); ++i) CHECK(x.data()[i] == y.data()[i]);
     CHECK_FALSE(ops::Dropout{}.active());
 }
+
+}  // namespace test_ops_dropout

@@ -14,6 +14,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_ops_erf {
+
 using namespace headwise;
 
 namespace {
@@ -160,3 +162,5 @@ TEMPLATE_TEST_CASE("exact GELU gives the limits at the infinities and NaN for Na
     CHECK(dx[3] == T(0));
     CHECK(dx[4] == T(0.5));
 }
+
+}  // namespace test_ops_erf

@@ -12,6 +12,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_ops_gelu_float {
+
 using namespace headwise;
 
 namespace {
@@ -206,3 +208,5 @@ TEST_CASE(
     INFO("absolute error of GELU' " << worst);
     CHECK(worst <= 2.0 * std::numeric_limits<float>::epsilon());
 }
+
+}  // namespace test_ops_gelu_float

@@ -15,6 +15,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_gemm {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -179,3 +181,5 @@ TEST_CASE("gemm names the backend it was compiled with", "[gemm]") {
     CHECK(std::string(headwise::ops::gemm_backend()) == "eigen");
 #endif
 }
+
+}  // namespace test_ops_gemm

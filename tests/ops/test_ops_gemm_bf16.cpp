@@ -12,6 +12,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_ops_gemm_bf16 {
+
 using headwise::BFloat16;
 using headwise::Index;
 using headwise::MatrixMap;
@@ -208,3 +210,5 @@ TEST_CASE("gemm_bf16 names the backend its products run on", "[gemm_bf16]") {
     CHECK(backend == "portable");
 #endif
 }
+
+}  // namespace test_ops_gemm_bf16

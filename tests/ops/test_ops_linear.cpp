@@ -13,6 +13,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_linear {
+
 using headwise::ConstMatrixRef;
 using headwise::Index;
 using headwise::MatrixRef;
@@ -260,3 +262,5 @@ TEMPLATE_TEST_CASE("linear kernels reject mismatched shapes before writing", "[o
         headwise::shape_error,
         Message("headwise::ops::linear_backward_weight: dW: expected shape [4, 5], got [5, 4]"));
 }
+
+}  // namespace test_ops_linear

@@ -18,6 +18,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_ops_quant_matmul {
+
 using headwise::Index;
 using headwise::MatrixMap;
 using headwise::ops::QuantKernels;
@@ -256,3 +258,5 @@ TEST_CASE("quant_matmul refuses bad shapes and buffers, naming what it expected"
                         "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)");
     for (float v : y) REQUIRE(v == 5.0f);  // nothing written by a refused call
 }
+
+}  // namespace test_ops_quant_matmul

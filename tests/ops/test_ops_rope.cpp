@@ -19,6 +19,8 @@
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_rope {
+
 using headwise::Index;
 using headwise::RopeConvention;
 using headwise::Shape;
@@ -335,3 +337,5 @@ TEST_CASE("rope_tables refuses the bases and factors the module refuses, before 
     ops::rope_tables<double>(static_cast<const Index*>(nullptr), 10000.0, 1.0, none.matrix(),
                              none.matrix());
 }
+
+}  // namespace test_ops_rope

@@ -12,6 +12,8 @@
 #include "support/catch.hpp"
 #include "support/match.hpp"
 
+namespace test_ops_score_mask {
+
 using namespace headwise;
 
 TEST_CASE("the causal rule: top-left j <= i, bottom-right j <= i + S - L", "[ops][score_mask]") {
@@ -96,3 +98,5 @@ TEST_CASE("masking tiles of a slice equals masking the whole slice", "[ops][scor
         CHECK(test::identical(tiled, whole));
     }
 }
+
+}  // namespace test_ops_score_mask

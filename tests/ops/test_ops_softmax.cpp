@@ -15,6 +15,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_ops_softmax {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -294,3 +296,5 @@ TEMPLATE_TEST_CASE("softmax_forward: NaN in, NaN out, and a fully masked row is 
         }
     }
 }
+
+}  // namespace test_ops_softmax

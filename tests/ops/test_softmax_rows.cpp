@@ -14,6 +14,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_softmax_rows {
+
 using headwise::Index;
 namespace detail = headwise::detail;
 using detail::SimdLevel;
@@ -199,3 +201,5 @@ TEST_CASE("the dispatched kernels run the widest instruction set this CPU has", 
     CHECK(level == SimdLevel::none);
 #endif
 }
+
+}  // namespace test_softmax_rows

@@ -19,6 +19,8 @@
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_grad_accumulation {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -145,3 +147,5 @@ TEST_CASE("scale_grad multiplies every gradient and rejects a factor that is not
                          Message("headwise::scale_grad: factor: must be finite, got inf"));
     CHECK(g.data()[0] == 0.75);
 }
+
+}  // namespace test_grad_accumulation

@@ -17,6 +17,8 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_lr_scheduler {
+
 using namespace headwise;
 
 namespace {
@@ -298,3 +300,5 @@ TEST_CASE("load_state_dict is strict and checks the dict against the schedule",
     CHECK(sched.last_epoch() == 0);
     CHECK(b.options().lr == 0.1);
 }
+
+}  // namespace test_lr_scheduler

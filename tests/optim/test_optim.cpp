@@ -18,6 +18,8 @@
 #include "support/match.hpp"
 #include "support/training_golden.hpp"
 
+namespace test_optim {
+
 using namespace headwise;
 using headwise::test::cast;
 using headwise::test::load_training_case;
@@ -224,3 +226,5 @@ TEST_CASE("optimiser and clipping errors name the argument and the value", "[opt
                                  "-1.000000"));
     CHECK(clip_grad_norm(ps, 1.0, std::numeric_limits<double>::infinity()) == 0.0);
 }
+
+}  // namespace test_optim

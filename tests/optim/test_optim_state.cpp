@@ -26,6 +26,8 @@
 #include "support/golden.hpp"
 #include "support/instantiations.hpp"
 
+namespace test_optim_state {
+
 using namespace headwise;
 
 namespace {
@@ -537,3 +539,5 @@ TEST_CASE("checkpoint files: integers exact, strict reading", "[checkpoint][erro
                                      ": entry 'step': missing (not a checkpoint?)"));
     }
 }
+
+}  // namespace test_optim_state

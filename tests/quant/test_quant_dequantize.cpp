@@ -16,6 +16,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_quant_dequantize {
+
 using namespace headwise;
 
 namespace {
@@ -110,3 +112,5 @@ TEST_CASE("dequantize_row refuses a type it does not read and a partial block", 
                 "Q4_K, Q6_K)"));
     for (float v : dst) CHECK(v == 7.0f);  // nothing written
 }
+
+}  // namespace test_quant_dequantize

@@ -17,6 +17,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_quant_k_quants {
+
 using namespace headwise;
 
 namespace {
@@ -147,3 +149,5 @@ TEST_CASE("quantize_row to K-quants checks the row length first", "[quant][k_qua
                                                   "holds a multiple of 256 values, not 288"));
     for (std::uint8_t v : out) CHECK(v == 0xAB);
 }
+
+}  // namespace test_quant_k_quants

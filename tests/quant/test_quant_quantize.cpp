@@ -16,6 +16,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_quant_quantize {
+
 using namespace headwise;
 
 namespace {
@@ -149,3 +151,5 @@ TEST_CASE("half conversions are exact both ways over every half", "[quant]") {
     CHECK(quant::float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie, even
     CHECK(quant::float_to_half(-0.0f) == 0x8000);
 }
+
+}  // namespace test_quant_quantize

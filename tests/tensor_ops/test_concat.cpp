@@ -11,6 +11,8 @@
 #include "support/match.hpp"
 #include "support/reference.hpp"
 
+namespace test_concat {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -105,3 +107,5 @@ TEST_CASE("concat and split errors", "[concat]") {
                         "headwise::split: axis: must lie in [-3, 3) for a tensor of shape "
                         "[2, 3, 4], got -4");
 }
+
+}  // namespace test_concat

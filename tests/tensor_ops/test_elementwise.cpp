@@ -13,6 +13,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_elementwise {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -199,3 +201,5 @@ TEST_CASE("elementwise shape mismatches throw naming the function", "[elementwis
     REQUIRE_THROWS_WITH(headwise::broadcast_add(Tensor<float>(Shape{}), Tensor<float>(Shape{1})),
                         "headwise::broadcast_add: x: expected shape [..., n], got []");
 }
+
+}  // namespace test_elementwise

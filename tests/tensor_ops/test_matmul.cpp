@@ -10,6 +10,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_matmul {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -135,3 +137,5 @@ TEST_CASE("batched_matmul shape errors name the operand and the expected shape",
     REQUIRE_THROWS_WITH(headwise::batched_matmul(Tensor<double>(Shape{2, 3}), a, true),
                         "headwise::batched_matmul: a: expected shape [N, k, m], got [2, 3]");
 }
+
+}  // namespace test_matmul

@@ -12,6 +12,8 @@
 #include "support/match.hpp"
 #include "support/reference.hpp"
 
+namespace test_permute {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -127,3 +129,5 @@ TEST_CASE("permute and transpose reject axes that are not a permutation", "[perm
                         "headwise::transpose: axis0: must lie in [-1, 1) for a tensor of shape "
                         "[5], got -2");
 }
+
+}  // namespace test_permute

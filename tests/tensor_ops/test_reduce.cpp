@@ -12,6 +12,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_reduce {
+
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
@@ -131,3 +133,5 @@ TEST_CASE("reduction errors name the axis or the empty extent", "[reduce]") {
     REQUIRE_THROWS_WITH(headwise::mean(empty),
                         "headwise::mean: x: must not be empty, got [2, 0, 3]");
 }
+
+}  // namespace test_reduce

@@ -17,6 +17,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_bpe {
+
 using headwise::io::GgufValue;
 using headwise::test::ScratchDir;
 using headwise::text::BpeConfig;
@@ -339,8 +341,11 @@ TEST_CASE("BpeTokenizer encodes megabyte words in about linear time", "[text][bp
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         CAPTURE(text.substr(0, 8), text.size(), ids.size(), seconds);
         // A quadratic merge loop needs hours here; the heap needs well under a second
-        // (optimised) and a few seconds under the sanitizers.
-        CHECK(seconds < 30.0);
+        // (optimised) and a few seconds under the sanitizers; at -O0 on a 2-core machine at load
+        // 10 the five texts took 49 s, so the bound is loose: it only tells hours from seconds.
+        CHECK(seconds < 120.0);
         CHECK(tok.decode(ids) == text);
     }
 }
+
+}  // namespace test_bpe

@@ -18,6 +18,8 @@
 
 #include "support/catch.hpp"
 
+namespace test_chat_template {
+
 using headwise::text::ChatMessage;
 using headwise::text::ChatTemplate;
 using headwise::text::ChatTemplateFamily;
@@ -191,3 +193,5 @@ TEST_CASE("SmolLM2-135M's GGUF template is the committed one, when HEADWISE_SMOL
           "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
           "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
+
+}  // namespace test_chat_template

@@ -20,6 +20,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_pretrained_tokenizer {
+
 using headwise::test::ScratchDir;
 using headwise::text::BpeTokenizer;
 using headwise::text::ChatMessage;
@@ -268,3 +270,5 @@ TEST_CASE("StreamingDecoder: a character split over tokens is held until it is c
     CHECK_THROWS_AS(s.push(1760), std::out_of_range);
     CHECK_THROWS_AS(s.push(-1), std::out_of_range);
 }
+
+}  // namespace test_pretrained_tokenizer

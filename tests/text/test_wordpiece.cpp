@@ -24,6 +24,8 @@
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 
+namespace test_wordpiece {
+
 using headwise::test::ScratchDir;
 using headwise::text::BertTokenizer;
 using headwise::text::BertTokenizerOptions;
@@ -480,3 +482,5 @@ TEST_CASE("BertTokenizer: every code point, against a sweep of tokenizers (optio
     CHECK(lines == 2 * 1112064);
     CHECK(differ == skew);
 }
+
+}  // namespace test_wordpiece

@@ -17,6 +17,8 @@
 #include "support/mha_case.hpp"
 #include "support/projections.hpp"
 
+namespace test_gqa {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
@@ -277,3 +279,5 @@ TEST_CASE(
             check_against_repeated(c, p, AttentionKernel::blocked);
         }
 }
+
+}  // namespace test_gqa

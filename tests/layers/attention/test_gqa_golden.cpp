@@ -16,6 +16,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_gqa_golden {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Tensor;
@@ -106,3 +108,5 @@ TEST_CASE("grouped-query attention reproduces PyTorch 1.13 in float", "[gqa][gol
     check_case<float>(headwise::test::load_golden_case(name, "gqa"), projection,
                       kGoldenTolerance<float>);
 }
+
+}  // namespace test_gqa_golden

@@ -15,6 +15,8 @@
 #include "support/reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_backward_options {
+
 using namespace headwise;
 namespace reference = headwise::test::reference;
 using headwise::test::kProjections;
@@ -198,3 +200,5 @@ TEST_CASE("a referenced input read by backward is the caller's tensor as it is t
     CHECK(test::identical(referenced.grad_dict().at("out_proj.weight"),
                           copied.grad_dict().at("out_proj.weight")));
 }
+
+}  // namespace test_mha_backward_options

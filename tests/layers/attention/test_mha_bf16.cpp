@@ -20,6 +20,8 @@
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
 
+namespace test_mha_bf16 {
+
 using headwise::Index;
 using headwise::Precision;
 using headwise::Projection;
@@ -160,3 +162,5 @@ TEST_CASE("a KVCache<double> refuses bf16", "[mha][bf16][kv_cache]") {
         CHECK(std::string(e.what()).find("headwise::KVCache::KVCache: precision") == 0);
     }
 }
+
+}  // namespace test_mha_bf16

@@ -17,6 +17,8 @@
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_mha_bf16_release {
+
 using headwise::AttentionMasks;
 using headwise::BFloat16;
 using headwise::FloatWeights;
@@ -284,3 +286,5 @@ TEST_CASE("MultiheadAttention<double> refuses bf16 release", "[mha][bf16][releas
                     std::invalid_argument);
     CHECK_FALSE(f.float_weights_released());
 }
+
+}  // namespace test_mha_bf16_release

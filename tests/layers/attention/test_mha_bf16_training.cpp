@@ -16,6 +16,8 @@
 #include "support/projections.hpp"
 #include "support/relative_error.hpp"
 
+namespace test_mha_bf16_training {
+
 using headwise::Index;
 using headwise::MultiheadAttention;
 using headwise::Precision;
@@ -226,3 +228,5 @@ TEST_CASE(
     auto cache2 = fresh2.make_kv_cache(2, 8);
     CHECK(relative_error(mha.decode(x, cache), fresh2.decode(x, cache2)) == 0.0);
 }
+
+}  // namespace test_mha_bf16_training

@@ -10,6 +10,8 @@
 #include "support/match.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_blocked {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -202,3 +204,5 @@ TEST_CASE("attention_tiles: checked, and any tiles give the default tiles' resul
         }
     }
 }
+
+}  // namespace test_mha_blocked

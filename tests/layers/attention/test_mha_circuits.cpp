@@ -13,6 +13,8 @@
 #include "support/catch.hpp"
 #include "support/mha_random.hpp"
 
+namespace test_mha_circuits {
+
 using namespace headwise;
 
 namespace {
@@ -276,3 +278,5 @@ TEST_CASE("Circuits: errors name the function, the argument and the value", "[ci
     CHECK_THROWS_WITH(qk.weight.bilinear(Mat::Zero(1, 8), Mat::Zero(1, 3)),
                       "headwise::FactoredMatrix::bilinear: y: expected shape [m, 8], got [1, 3]");
 }
+
+}  // namespace test_mha_circuits

@@ -18,6 +18,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_dropout_reference {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
@@ -213,3 +215,5 @@ TEMPLATE_TEST_CASE("eval-mode weights equal training-mode weights without dropou
         }
     }
 }
+
+}  // namespace test_mha_dropout_reference

@@ -18,6 +18,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_golden {
+
 using headwise::Index;
 using headwise::Projection;
 using headwise::Shape;
@@ -233,3 +235,5 @@ TEST_CASE("each forward keeps its own state until its backward, and eval mode ag
     HEADWISE_CHECK_CLOSE(inference.output, c.tensor("output"), kToleranceDouble);
     CHECK_THROWS(mha.backward(inference, c.tensor("grad_output")));  // eval keeps nothing
 }
+
+}  // namespace test_mha_golden

@@ -11,6 +11,8 @@
 #include "support/mha_case.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_gradcheck {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::kProjections;
@@ -152,3 +154,5 @@ TEST_CASE("a fully masked row has zero gradients, and finite differences agree",
     CHECK(r.max_rel_error <= 1e-6);
     CHECK(r.checked == d.q.numel() + d.k.numel() + d.v.numel());
 }
+
+}  // namespace test_mha_gradcheck

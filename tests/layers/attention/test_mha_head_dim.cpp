@@ -17,6 +17,8 @@
 #include "support/mha_random.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_head_dim {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::kProjections;
@@ -332,3 +334,5 @@ TEST_CASE("head_dim: the option's errors", "[mha][head_dim][errors]") {
                         "headwise::MultiheadAttention::forward: query: expected shape [B, L, 5], "
                         "got [1, 2, 6]");
 }
+
+}  // namespace test_mha_head_dim

@@ -16,6 +16,8 @@
 #include "support/mha_random.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_head_mask {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::kProjections;
@@ -321,3 +323,5 @@ TEST_CASE("head_mask: shape errors", "[mha][head_mask][errors]") {
                         "[2, 4], got [2, 3]");
     CHECK(cache.size() == 0);
 }
+
+}  // namespace test_mha_head_mask

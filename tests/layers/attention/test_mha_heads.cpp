@@ -13,6 +13,8 @@
 #include "support/mha_case.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_heads {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -76,3 +78,5 @@ TEMPLATE_TEST_CASE("writing per-head weights through head(i) fills the packed pa
     target.head(1).v_bias_grad()(0) = T(3);
     CHECK(target.grad_dict().at("in_proj_bias")(2 * c.E + 1 * D) == T(3));
 }
+
+}  // namespace test_mha_heads

@@ -14,6 +14,8 @@
 #include "support/mha_case.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_hostile_inputs {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MhaConfig;
@@ -457,3 +459,5 @@ TEST_CASE("options.scale is checked in the module's scalar type", "[mha][errors]
     const MultiheadAttention<double> m(o, 1);  // finite in double
     CHECK(*m.options().scale == 1e300);
 }
+
+}  // namespace test_mha_hostile_inputs

@@ -18,6 +18,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_properties {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MhaCase;
@@ -338,3 +340,5 @@ TEST_CASE("random configurations: blocked gradients match central differences on
     }
     CHECK(checked > 0);
 }
+
+}  // namespace test_mha_properties

@@ -16,6 +16,8 @@
 #include "support/mha_random.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_prune {
+
 using namespace headwise;
 using headwise::test::kProjections;
 
@@ -248,3 +250,5 @@ TEST_CASE("prune_heads: errors leave the module as it was", "[mha][prune][errors
                              "stored type); with_precision(Precision::float32) first");
     CHECK(f.num_heads() == 4);
 }
+
+}  // namespace test_mha_prune

@@ -13,6 +13,8 @@
 #include "support/mha_case.hpp"
 #include "support/projections.hpp"
 
+namespace test_mha_questions {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MhaConfig;
@@ -184,3 +186,5 @@ TEST_CASE("every projection has the same parameters, and PyTorch's count", "[que
         CHECK(count == 4 * 16 * 16 + 4 * 16 + (bias_kv ? 2 * 16 : 0));
     }
 }
+
+}  // namespace test_mha_questions

@@ -21,6 +21,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_rope {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::kProjections;
@@ -593,3 +595,5 @@ TEST_CASE("a module without RoPE computes as before, whatever the unused RoPE fi
         CHECK_NOTHROW(m2.backward(f, f.output));
     }
 }
+
+}  // namespace test_mha_rope

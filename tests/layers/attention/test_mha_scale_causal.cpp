@@ -16,6 +16,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_mha_scale_causal {
+
 using namespace headwise;
 using headwise::test::Tol;
 
@@ -166,3 +168,5 @@ TEST_CASE("top-left and bottom-right agree when L == S, and differ when L < S", 
     CHECK(b.attn_weights(0, 0, 3) == 0.0);
     CHECK(b.attn_weights(0, 2, 4) > 0.0);
 }
+
+}  // namespace test_mha_scale_causal

@@ -16,6 +16,8 @@
 #include "support/projections.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_multihead_attention {
+
 using namespace headwise;
 using headwise::test::Inputs;
 using headwise::test::MaskKind;
@@ -817,3 +819,5 @@ TEST_CASE("inputs sharing memory are told apart by pointer and shape, never by p
         }
     }
 }
+
+}  // namespace test_multihead_attention
