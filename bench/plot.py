@@ -16,8 +16,12 @@ import statistics
 
 
 def label(row):
-    """What a bar is: the projection in the mha suite, engine/threads elsewhere."""
-    return row.get("projection") or "%s/%d" % (row["engine"], row["threads"])
+    """What a bar is: the projection in the mha suite (after the build's name beside the
+    first build), engine/threads elsewhere."""
+    if "projection" in row:
+        return row["projection"] if row["engine"] == "headwise" else "%s %s" % (
+            row["engine"], row["projection"])
+    return "%s/%d" % (row["engine"], row["threads"])
 
 
 def seconds(row):
@@ -52,10 +56,11 @@ def plot(record, png):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - matplotlib.ticker below
 
     data, ref = ratios(record)
     labels = sorted({k for r in data.values() for k in r})
-    cases = list(data)
+    cases = sorted(data)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.28 * len(cases) * max(1, len(labels))))
     width = 0.8 / max(1, len(labels))
     for i, name in enumerate(labels):
@@ -63,13 +68,16 @@ def plot(record, png):
         ax.barh(ys, [data[c].get(name, 0) for c in cases], height=width, label=name)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
     ax.set_yticks(range(len(cases)))
     ax.set_yticklabels(cases, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time / %s's time (log; > 1: slower than %s)" % (ref, ref))
     env = record["environment"]
-    ax.set_title("%s, %s: %s, load %s" % (record["suite"], env["date"][:10], env["cpu"],
-                                         env["load_before"][0]), fontsize=8)
+    ax.set_title("%s, %s: %s, load %s before, %s after" % (
+        record["suite"], env["date"][:10], env["cpu"], env["load_before"][0],
+        env.get("load_after", ["?"])[0]), fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)

@@ -189,7 +189,7 @@ def report(record):
         key = "%s/%d" % (row["engine"], row["threads"])
         rate[(row["case"], key)] = tokens / s
         table.append([row["engine"], row["threads"], row["case"], "%.1f" % (tokens / s),
-                      record["workers"].get(key, {}).get("load_s", "-"),
+                      "%.2f" % float(record["workers"].get(key, {}).get("load_s", "nan")),
                       "%.0f" % (record["mem_kB"].get(key, [0])[0] / 1024)])
     print_table(["engine", "threads", "case", "tokens/s", "load s", "peak RSS MB"], table)
     for (case, key), r in sorted(rate.items()):

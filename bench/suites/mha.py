@@ -4,7 +4,9 @@
 products of [D, E] blocks) and separate (three [E, E] products) projections, forward_eval and
 forward_backward at the four main shapes and over the head sweep, one thread. bench_mha times
 each case by the CPU time of its thread; the figures are medians of --rounds repetitions, the
-cases of one repetition interleaved (--benchmark_enable_random_interleaving)."""
+cases of one repetition interleaved (--benchmark_enable_random_interleaving). Several --build
+directories (e.g. the Eigen backend, no -march) run one after the other, each an engine named
+after its directory; the first is the reference."""
 
 import json
 import re
@@ -21,38 +23,46 @@ NAME = re.compile(r"^mha/(?P<op>\w+)/(?P<proj>\w+)/(?P<scalar>\w+)/B:(?P<B>\d+)/
 
 def add_arguments(ap):
     """The suite's options."""
-    ap.add_argument("--build", default="build/bench/peers", help="a release build of headwise")
+    ap.add_argument("--build", nargs="+", default=["build/bench/peers"],
+                    help="release builds of headwise (bench_mha built)")
     ap.add_argument("--filter", default="^mha/(forward_eval|forward_backward)/",
                     help="Google Benchmark's --benchmark_filter")
     ap.add_argument("--min-time", default="0.2", help="seconds per repetition of a case")
 
 
-def run(args):
-    """Runs bench_mha once, all repetitions in one process: the results record."""
-    program = os.path.join(args.build, "bench", "bench_mha")
+def run_program(program, args):
+    """One bench_mha process, all repetitions: {run_name: (name fields, [CPU s])}, context."""
     if not os.path.exists(program):
-        raise SystemExit("mha: no %s (cmake --build %s --target bench_mha)" % (program,
-                                                                               args.build))
-    record = {"suite": "mha", "environment": environment(), "cases": {}, "rows": [],
-              "workers": {"headwise/1": {"program": program, "build": cmake_cache(program)}}}
-    print("load before:", record["environment"]["load_before"], flush=True)
+        raise SystemExit("mha: no %s (cmake --build <build> --target bench_mha)" % program)
     cmd = [program, "--benchmark_filter=" + args.filter, "--benchmark_format=json",
            "--benchmark_repetitions=%d" % args.rounds, "--benchmark_min_time=%s" % args.min_time,
            "--benchmark_enable_random_interleaving=true"]
-    out = subprocess.run(cmd, env=thread_env(1), check=True, capture_output=True,
-                         text=True).stdout
-    gb = json.loads(out)
-    record["context"] = gb["context"]
+    gb = json.loads(subprocess.run(cmd, env=thread_env(1), check=True, capture_output=True,
+                                   text=True).stdout)
     times = {}
     for b in gb["benchmarks"]:
         m = NAME.match(b["run_name"])
         if m and b.get("run_type") == "iteration":
             scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
             times.setdefault(b["run_name"], (m.groupdict(), []))[1].append(b["cpu_time"] * scale)
-    for name, (g, ts) in times.items():
-        record["rows"].append({"case": name, "engine": "headwise", "threads": 1,
-                               "op": g["op"], "projection": g["proj"], "scalar": g["scalar"],
-                               "shape": [int(g[k]) for k in "BLEH"], "cpu_s": ts})
+    return times, gb["context"]
+
+
+def run(args):
+    """Runs bench_mha of every build: the results record."""
+    record = {"suite": "mha", "environment": environment(), "cases": {}, "rows": [],
+              "workers": {}}
+    print("load before:", record["environment"]["load_before"], flush=True)
+    for build in args.build:
+        program = os.path.join(build, "bench", "bench_mha")
+        engine = "headwise" if build == args.build[0] else os.path.basename(build.rstrip("/"))
+        times, context = run_program(program, args)
+        record["workers"][engine + "/1"] = {"program": program, "build": cmake_cache(program),
+                                            "context": context}
+        for name, (g, ts) in times.items():
+            record["rows"].append({"case": name, "engine": engine, "threads": 1,
+                                   "op": g["op"], "projection": g["proj"], "scalar": g["scalar"],
+                                   "shape": [int(g[k]) for k in "BLEH"], "cpu_s": ts})
     return record
 
 
@@ -60,14 +70,15 @@ def report(record):
     """ms per call of each projection, and per_head and separate against fused."""
     ms = {}
     for row in record["rows"]:
-        key = (row["op"], tuple(row["shape"]))
+        key = (row["engine"], row["op"], tuple(row["shape"]))
         ms.setdefault(key, {})[row["projection"]] = 1e3 * median(row["cpu_s"])
     table = []
-    for (op, shape), p in ms.items():
+    for (engine, op, shape), p in sorted(ms.items(), key=lambda kv: (kv[0][0] != "headwise",
+                                                                      kv[0])):
         fused = p.get("fused", float("nan"))
-        table.append([op, "(%d, %d, %d, %d)" % shape] +
+        table.append([engine, op, "(%d, %d, %d, %d)" % shape] +
                      ["%.3f" % p.get(k, float("nan")) for k in ("fused", "per_head", "separate")]
                      + ["%.2f" % (p.get(k, float("nan")) / fused) for k in ("per_head",
                                                                               "separate")])
-    print_table(["operation", "(B, L, E, H)", "fused ms", "per_head ms", "separate ms",
+    print_table(["build", "operation", "(B, L, E, H)", "fused ms", "per_head ms", "separate ms",
                  "per_head / fused", "separate / fused"], table)
