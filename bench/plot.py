@@ -5,8 +5,8 @@
     $HEADWISE_PEERS_PYTHON bench/plot.py bench/results/<date>-<suite>.json ... [--out docs/]
 
 For each file, <out>/<file name>.png: per case and thread count, every engine's median time
-divided by the reference's (headwise; fused for the mha suite), on a log axis: above 1 the
-engine is slower than the reference. The title carries the date, the CPU and the load.
+divided by the reference's (headwise; fused in the mha suite, materialised in the long suite),
+on a log axis: above 1 slower than the reference. The title carries the date, the CPU and the load.
 """
 
 import argparse
@@ -15,12 +15,20 @@ import os
 import statistics
 
 
+REFERENCE = {"mha": "fused", "long": "materialised"}
+
+
+def variant(row):
+    """The variant a row of a one-program suite times: a projection (mha), a kernel (long)."""
+    return row.get("projection") or row.get("kernel")
+
+
 def label(row):
-    """What a bar is: the projection in the mha suite (after the build's name beside the
+    """What a bar is: the variant in one-program suites (after the build's name beside the
     first build), engine/threads elsewhere."""
-    if "projection" in row:
-        return row["projection"] if row["engine"] == "headwise" else "%s %s" % (
-            row["engine"], row["projection"])
+    if variant(row):
+        return variant(row) if row["engine"] == "headwise" else "%s %s" % (row["engine"],
+                                                                           variant(row))
     return "%s/%d" % (row["engine"], row["threads"])
 
 
@@ -31,14 +39,15 @@ def seconds(row):
 
 def case_of(row):
     """The group a bar belongs to: the case, with the operation and shape in the mha suite."""
-    if "projection" in row:
-        return "%s (%s)" % (row["op"], ", ".join(map(str, row["shape"])))
+    if variant(row):
+        return "%s%s (%s)" % (row["op"], " causal" if row.get("mask") == "causal" else "",
+                              ", ".join(map(str, row["shape"])))
     return "%s, %d thread%s" % (row["case"], row["threads"], "s" if row["threads"] > 1 else "")
 
 
 def ratios(record):
     """{case: {label: time / reference time}} and the reference's label."""
-    ref = "fused" if record["suite"] == "mha" else "headwise"
+    ref = REFERENCE.get(record["suite"], "headwise")
     times = {}
     for row in record["rows"]:
         times.setdefault(case_of(row), {})[label(row)] = seconds(row)
@@ -68,8 +77,8 @@ def plot(record, png):
         ax.barh(ys, [data[c].get(name, 0) for c in cases], height=width, label=name)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
     ax.set_yticks(range(len(cases)))
     ax.set_yticklabels(cases, fontsize=7)
     ax.invert_yaxis()

@@ -10,6 +10,8 @@
 Suites (bench/suites/<suite>.py; `run.py <suite> --help` lists each one's options):
   mha        bench_mha's Google Benchmark cases: MultiheadAttention per projection (fused,
              per_head, separate), forward_eval and forward_backward, medians of repetitions
+  long       bench_long's Google Benchmark cases: the blocked and materialised attention kernels
+             inside the layer at long sequences, time and extra peak memory
   attention  MultiheadAttention against torch.nn.MultiheadAttention, a layer on torch's SDPA
              and ONNX Runtime on the same weights: default shapes, long sequences, decode steps
   minilm     all-MiniLM-L6-v2 sentence embeddings against sentence-transformers (torch),
@@ -33,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 
-SUITES = ("mha", "attention", "minilm", "llama")
+SUITES = ("mha", "long", "attention", "minilm", "llama")
 
 
 def suite_module(name):

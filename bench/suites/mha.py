@@ -8,12 +8,10 @@ cases of one repetition interleaved (--benchmark_enable_random_interleaving). Se
 directories (e.g. the Eigen backend, no -march) run one after the other, each an engine named
 after its directory; the first is the reference."""
 
-import json
-import re
-import subprocess
 import os
+import re
 
-from common import environment, median, print_table
+from common import environment, gbench, median, print_table
 from engines import cmake_cache, thread_env
 
 PACKAGES = ()
@@ -30,24 +28,6 @@ def add_arguments(ap):
     ap.add_argument("--min-time", default="0.2", help="seconds per repetition of a case")
 
 
-def run_program(program, args):
-    """One bench_mha process, all repetitions: {run_name: (name fields, [CPU s])}, context."""
-    if not os.path.exists(program):
-        raise SystemExit("mha: no %s (cmake --build <build> --target bench_mha)" % program)
-    cmd = [program, "--benchmark_filter=" + args.filter, "--benchmark_format=json",
-           "--benchmark_repetitions=%d" % args.rounds, "--benchmark_min_time=%s" % args.min_time,
-           "--benchmark_enable_random_interleaving=true"]
-    gb = json.loads(subprocess.run(cmd, env=thread_env(1), check=True, capture_output=True,
-                                   text=True).stdout)
-    times = {}
-    for b in gb["benchmarks"]:
-        m = NAME.match(b["run_name"])
-        if m and b.get("run_type") == "iteration":
-            scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
-            times.setdefault(b["run_name"], (m.groupdict(), []))[1].append(b["cpu_time"] * scale)
-    return times, gb["context"]
-
-
 def run(args):
     """Runs bench_mha of every build: the results record."""
     record = {"suite": "mha", "environment": environment(), "cases": {}, "rows": [],
@@ -56,13 +36,15 @@ def run(args):
     for build in args.build:
         program = os.path.join(build, "bench", "bench_mha")
         engine = "headwise" if build == args.build[0] else os.path.basename(build.rstrip("/"))
-        times, context = run_program(program, args)
+        gb = gbench.run_program(program, gbench.standard_flags(
+            args.rounds, args.min_time, ["--benchmark_filter=" + args.filter]), thread_env(1))
         record["workers"][engine + "/1"] = {"program": program, "build": cmake_cache(program),
-                                            "context": context}
-        for name, (g, ts) in times.items():
+                                            "context": gb["context"]}
+        for name, r in gbench.repetitions(gb, NAME).items():
+            g = r["fields"]
             record["rows"].append({"case": name, "engine": engine, "threads": 1,
                                    "op": g["op"], "projection": g["proj"], "scalar": g["scalar"],
-                                   "shape": [int(g[k]) for k in "BLEH"], "cpu_s": ts})
+                                   "shape": [int(g[k]) for k in "BLEH"], "cpu_s": r["cpu_s"]})
     return record
 
 
