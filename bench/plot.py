@@ -95,6 +95,7 @@ def plot(record, png):
 
 
 def main():
+    """Plots every results file given."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+", help="results JSON files of bench/run.py")
     ap.add_argument("--out", default=None, help="directory of the plots (default: beside each)")

@@ -141,6 +141,7 @@ def interleaved(suite, args):
 
 
 def main(argv=None):
+    """A suite run (or, as `run.py worker ...`, a Python engine's worker)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "worker":  # worker <suite> <engine> <threads> <suite args...>
         suite = suite_module(argv[1])

@@ -208,7 +208,8 @@ def _decode_call(w, d, E, H, cache, x, st):
     kc, vc = torch.zeros(1, H, cache + 1, D), torch.zeros(1, H, cache + 1, D)
     with torch.inference_mode():
         kv = F.linear(prefix, layer.w_in, layer.b_in).view(1, cache, 3, H, D)
-        kc[:, :, :cache], vc[:, :, :cache] = kv[:, :, 1].transpose(1, 2), kv[:, :, 2].transpose(1, 2)
+        kc[:, :, :cache] = kv[:, :, 1].transpose(1, 2)
+        vc[:, :, :cache] = kv[:, :, 2].transpose(1, 2)
 
     def call():
         with torch.inference_mode():
