@@ -29,7 +29,8 @@ def add_arguments(ap):
     ap.add_argument("--plain-program", help="bench/consumer's bench_peers: headwise-plain")
     ap.add_argument("--engines", nargs="+", default=["headwise", "torch-mha", "torch-sdpa",
                                                      "ort"])
-    ap.add_argument("--shapes", nargs="+", default=SHAPES, help="B,L,E,H of the default shapes")
+    ap.add_argument("--shapes", nargs="*", default=SHAPES,
+                    help="B,L,E,H of the default shapes (none: only the long and decode cases)")
     ap.add_argument("--long", type=int, nargs="*", default=[4096])
     ap.add_argument("--long-rounds", type=int, default=3)
     ap.add_argument("--no-decode", action="store_true")
