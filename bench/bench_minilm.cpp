@@ -4,8 +4,9 @@
 //
 //   bench_minilm load <model_dir> [repeats]
 //       from_pretrained, `repeats` times (default 20): median and min wall time, peak RSS.
-//   bench_minilm worker <threads> <model_dir> [bf16]
-//       loads the model (with bf16: switched to bf16 inference, the float weights released),
+//   bench_minilm worker <threads> <model_dir> [bf16|prepared]
+//       loads the model (with bf16: switched to bf16 inference, the float weights released;
+//       with prepared: prepared float weights, with_prepared_weights()),
 //       then answers bench/worker_process.hpp's protocol; a case is
 //         setup <id> <ids.txt>   embed_batch of the file's token ids
 //       The ids files hold "B L" then B * L token ids (every position a token: no padding),
@@ -93,11 +94,17 @@ struct Embedding : headwise_bench::WorkerCase {
     void call() override { sink += embedder.embed_batch(batch).data()[0]; }
 };
 
-int worker(int threads, const std::string& dir, bool bf16) {
+int worker(int threads, const std::string& dir, const std::string& weights) {
     headwise_bench::set_threads(threads);
     auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
     // Inference only: the weight matrices in bf16 alone (the float ones freed).
-    if (bf16) embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
+    if (weights == "bf16")
+        embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
+    if (weights == "prepared") {
+        embedder.with_prepared_weights();
+        if (!embedder.prepared_weights())
+            throw std::runtime_error("prepared: this build prepares no weights (no oneDNN)");
+    }
     return headwise_bench::serve(threads, [&](std::istringstream& in) {
         std::string path;
         in >> path;
@@ -120,15 +127,17 @@ int main(int argc, char** argv) {
 #else
     try {
         if (mode == "load" && argc >= 3) return load(argv[2], argc > 3 ? std::atoi(argv[3]) : 20);
-        if (mode == "worker" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "bf16")))
-            return worker(std::atoi(argv[2]), argv[3], argc == 5);
+        const std::string weights = argc == 5 ? argv[4] : "";
+        if (mode == "worker" &&
+            (argc == 4 || (argc == 5 && (weights == "bf16" || weights == "prepared"))))
+            return worker(std::atoi(argv[2]), argv[3], weights);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_minilm: %s\n", e.what());
         return 1;
     }
     std::fprintf(stderr,
                  "usage: bench_minilm load <model_dir> [repeats]\n"
-                 "       bench_minilm worker <threads> <model_dir> [bf16]\n");
+                 "       bench_minilm worker <threads> <model_dir> [bf16|prepared]\n");
     return 2;
 #endif
 }

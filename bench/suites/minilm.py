@@ -2,8 +2,9 @@
 """all-MiniLM-L6-v2 sentence embeddings: headwise (bench_minilm) against sentence-transformers
 on PyTorch (torch), ONNX Runtime on the model exported by torch.onnx (ort) and after
 onnxruntime.transformers' BERT optimiser (ort-bert), and CTranslate2 (ct2); --bf16 adds
-headwise-bf16 and torch-bf16. Cases: b1, a 12-token query, and b32, 32 x 128 tokens (no
-padding); a call is encoder + mean pooling + L2 normalisation on given token ids (the tokenizer
+headwise-bf16 and torch-bf16; the engine headwise-prepared runs prepared float weights
+(with_prepared_weights: oneDNN's matmul on weights reordered once). Cases: b1, a 12-token
+query, and b32, 32 x 128 tokens (no padding); a call is encoder + mean pooling + L2 normalisation on given token ids (the tokenizer
 is not timed). Memory: each worker's peak RSS."""
 
 import os
@@ -58,9 +59,10 @@ def engines(args):
     prepare(args)
     made = []
     for name in args.engines:
-        if name in ("headwise", "headwise-bf16"):
+        if name in ("headwise", "headwise-bf16", "headwise-prepared"):
+            weights = name.split("-")[1:]  # bf16 or prepared (with_prepared_weights)
             made.append(HeadwiseEngine(name, os.path.join(args.build, "bench", "bench_minilm"),
-                                       [args.model] + (["bf16"] if name.endswith("bf16") else [])))
+                                       [args.model] + weights))
         elif name in PYTHON_ENGINES:
             made.append(PythonEngine(name, "minilm", _worker_args(args)))
         else:
