@@ -12,7 +12,7 @@
 #
 # scripts/bench.sh runs it after its own set. Builds bench_long and bench_peers in
 # build/bench/long (Release, -march=native, the CBLAS backend on OpenBLAS, one thread) and writes
-# bench/results/<date>-long.json (and <date>-attention.json) with their plots. The environment is
+# bench/results/<date>-long.json (and <date>-attention-long.json) with their plots. The environment is
 # scripts/bench_env.sh's, as in bench.sh.
 set -euo pipefail
 

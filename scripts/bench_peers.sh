@@ -77,7 +77,7 @@ case "${suite}" in
 esac
 if ((quick)); then
     suite_args+=(--rounds 2)
-    [[ "${suite}" == attention ]] && suite_args+=(--shapes 8,128,512,8 --long)
+    [[ "${suite}" == attention ]] && suite_args+=(--shapes "8,128,512,8" --long)
 fi
 
 if ((consumer)); then
