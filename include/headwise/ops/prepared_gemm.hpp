@@ -15,6 +15,7 @@
 #include <vector>     // std::vector
 
 #include "../config.hpp"
+#include "../detail/parallel.hpp"
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -35,7 +36,7 @@
 //
 // Threads: oneDNN's CPU engine runs on OpenMP (Debian's libdnnl is built so). A product below
 // kPreparedSplitMinMacs multiply-adds runs on the calling thread alone (starting and joining
-// threads costs more than they save there: see detail/parallel.hpp's measurements); a larger one
+// threads costs more than they save there: detail::kSerialProductMacs); a larger one
 // on as many threads as ops::gemm uses (OpenMP's count in an OpenMP build, else the CBLAS's).
 #if defined(HEADWISE_USE_DNNL) && HEADWISE_USE_DNNL
 #include <dlfcn.h>             // dlsym, RTLD_DEFAULT
@@ -59,10 +60,8 @@ inline const char* prepared_gemm_backend() noexcept {
     return prepared_gemm_available() ? "dnnl" : "none";
 }
 
-/// Products below this many multiply-adds (M N K) run on one thread: measured on the 2-core
-/// machine of docs/prepared_weights.md, a [12, 384] x [384, 1536] product (7.1 M) took longer on
-/// two threads than on one, a [128, 384] x [384, 1536] one (75 M) 0.6x the time.
-inline constexpr double kPreparedSplitMinMacs = 16.0 * (1 << 20);
+/// Products below this many multiply-adds (M N K) run on one thread (detail/parallel.hpp).
+inline constexpr double kPreparedSplitMinMacs = detail::kSerialProductMacs;
 
 /// A weight W [rows, cols] (out, in) prepared for Y [N, rows] = X [N, cols] W^T + b, for any N.
 /// Immutable once made; forward may run from several threads at once.
