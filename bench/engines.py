@@ -49,6 +49,12 @@ def cmake_cache(binary):
     return {}
 
 
+def program_facts(program, gb):
+    """What a results record says of a Google Benchmark program's run: the program, its build's
+    configuration and the context the program reported."""
+    return {"program": program, "build": cmake_cache(program), "context": gb["context"]}
+
+
 class HeadwiseEngine:
     """A headwise build's worker program. openmp: an OpenMP build, the BLAS at one thread."""
 

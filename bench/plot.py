@@ -5,7 +5,7 @@
     $HEADWISE_PEERS_PYTHON bench/plot.py bench/results/<date>-<suite>.json ... [--out docs/]
 
 For each file, <out>/<file name>.png: per case and thread count, every engine's median time
-divided by the reference's (headwise; fused in the mha suite, materialised in the long suite),
+divided by the reference's (headwise; fused in the mha and decode suites, materialised in the long suite),
 on a log axis: above 1 slower than the reference. The title carries the date, the CPU and the load.
 """
 
@@ -15,7 +15,7 @@ import os
 import statistics
 
 
-REFERENCE = {"mha": "fused", "long": "materialised"}
+REFERENCE = {"mha": "fused", "long": "materialised", "decode": "fused"}
 
 
 def variant(row):

@@ -6,12 +6,15 @@
     $HEADWISE_PEERS_PYTHON bench/run.py <suite> [--engines ...] [--threads 1 2] [--rounds N]
         [--json PATH | --no-json] [--pools sleep|spin]
     $HEADWISE_PEERS_PYTHON bench/plot.py bench/results/<date>-<suite>.json ...
+    python3 bench/report.py bench/results/<date>-<suite>.json ...   the tables and targets again
 
 Suites (bench/suites/<suite>.py; `run.py <suite> --help` lists each one's options):
   mha        bench_mha's Google Benchmark cases: MultiheadAttention per projection (fused,
              per_head, separate), forward_eval and forward_backward, medians of repetitions
   long       bench_long's Google Benchmark cases: the blocked and materialised attention kernels
              inside the layer at long sequences, time and extra peak memory
+  decode     bench_decode's Google Benchmark cases: one token's step onto a KV cache (full,
+             grouped-query, multi-query heads) against recomputing the prefix
   attention  MultiheadAttention against torch.nn.MultiheadAttention, a layer on torch's SDPA
              and ONNX Runtime on the same weights: default shapes, long sequences, decode steps
   minilm     all-MiniLM-L6-v2 sentence embeddings against sentence-transformers (torch),
@@ -24,6 +27,8 @@ count, so that a process's memory is that engine's alone. Every round asks every
 turn, the order rotated each round, for the median time of a few calls of every case; a
 result is the median over the rounds, and per-round ratios compare figures taken side by side.
 The results, with the machine's load before and after, go to bench/results/<date>-<suite>.json.
+Then the suite's tables and the speed targets it has figures for (bench/targets.json), each
+MET or MISSED with its ratio (bench/report.py).
 """
 
 import argparse
@@ -34,8 +39,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import report  # noqa: E402
 
-SUITES = ("mha", "long", "attention", "minilm", "llama")
+SUITES = ("mha", "long", "decode", "attention", "minilm", "llama")
 
 
 def suite_module(name):
@@ -151,7 +157,7 @@ def main(argv=None):
     if not args.no_json:
         print("results:", common.write_results(args.json or common.results_path(args.suite),
                                                record))
-    suite.report(record)
+    report.report(record, suite)
     print("load after:", record["environment"]["load_after"] if "load_after" in
           record["environment"] else common.load_average())
     return 0
