@@ -10,7 +10,9 @@ with every position's logits (not llama.cpp's). --model llama-100m: a ~100M-para
 with random weights (transformers' initialisation after torch.manual_seed(0); hidden 768, 12
 layers, 12 heads, 4 key/value heads, intermediate 2048, vocabulary 32000), saved once under
 ~/.cache/headwise/models/llama-100m. Load time: the
-workers' own (headwise's info load_s). Memory: each worker's VmHWM, llama-bench's maximum
+workers' own (headwise's info load_s). The ids each engine generated in the warm-up call of a tg
+case are compared with the first worker's (headwise's), and the report says where they part
+(llama-bench gives no ids: llama.cpp is not compared). Memory: each worker's VmHWM, llama-bench's maximum
 resident set (the kernel's, over its runs)."""
 
 import os
@@ -113,6 +115,45 @@ def phases(args):
     return [{"name": "llama", "rounds": args.rounds, "cases": cases}]
 
 
+def check(case, workers, args):
+    """tg cases: the ids each worker's warm-up call generated (llama-bench gives none) and where
+    each departs from the first worker's: {"ids": {worker: ids}, "first_difference": {worker:
+    the first position whose id differs, or None}}."""
+    if not case["id"].startswith("tg"):
+        return None
+    ids = {w.key: [int(x) for x in w.output(case["id"])] for w in workers
+           if hasattr(w, "output")}
+    if not ids:
+        return None
+    ref = ids[next(iter(ids))]
+    return {"ids": ids, "first_difference": {k: first_difference(ref, v) for k, v in ids.items()}}
+
+
+def first_difference(a, b):
+    """The first position where the id lists a and b differ (a length too), None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def report_agreement(record):
+    """Per tg case, whether every engine generated the first worker's ids, and where not."""
+    for cid, case in record["cases"].items():
+        check = case.get("check")
+        if not check:
+            continue
+        keys = list(check["ids"])
+        ref = check["ids"][keys[0]]
+        for key in keys[1:]:
+            i, ids = check["first_difference"][key], check["ids"][key]
+            if i is None:
+                print("%s: %s generated the same %d ids as %s" % (cid, key, len(ids), keys[0]))
+            else:
+                print("%s: %s parts from %s at new token %d of %d (id %s against %s; the %d "
+                      "before agree)" % (cid, key, keys[0], i + 1, len(ref),
+                                         ids[i] if i < len(ids) else "none",
+                                         ref[i] if i < len(ref) else "none", i))
 
 
 # ---- the transformers worker -------------------------------------------------------------------
@@ -197,3 +238,4 @@ def report(record):
             peer = rate.get((case, key.replace("headwise", "llama.cpp")))
             if peer:
                 print("%s %s: headwise / llama.cpp tokens/s %.2fx" % (case, key, r / peer))
+    report_agreement(record)

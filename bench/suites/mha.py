@@ -128,9 +128,9 @@ def report_roofline(record):
                       _percent(_gflops(row), peak.get(row["engine"], float("nan")))])
     if not table:
         return
-    print("\nRoofline, one thread: FMA peak %s GFLOP/s per core; %% GEMM = of the bare fused "
-          "projection GEMM [B L, E] x [E, 3E] at the same shape" % ", ".join(
-              "%s %.1f" % kv for kv in sorted(peak.items())))
+    print("\nRoofline, one thread: FMA peak %s GFLOP/s per core (the best repetition: a loaded "
+          "machine makes it read low); %% GEMM = of the bare fused projection GEMM [B L, E] x "
+          "[E, 3E] at the same shape" % ", ".join("%s %.1f" % kv for kv in sorted(peak.items())))
     print_table(["build", "(B, L, E, H)", "projection", "operation", "ms", "GFLOP/s", "% GEMM",
                  "% FMA peak"], table)
     gemms = [[e, "(%d, %d, %d)" % shape, "%.3f" % (1e3 * median(r["cpu_s"])),

@@ -42,8 +42,8 @@ def add_arguments(ap):
     """The suite's options."""
     ap.add_argument("--build", default="build/bench/peers", help="a release build of headwise")
     ap.add_argument("--model", default=None, help="the all-MiniLM-L6-v2 directory")
-    ap.add_argument("--engines", nargs="+", default=["headwise", "torch", "ort", "ort-bert",
-                                                     "ct2"])
+    ap.add_argument("--engines", nargs="+", default=["headwise", "headwise-prepared", "torch",
+                                                     "ort", "ort-bert", "ct2"])
     ap.add_argument("--cases", nargs="+", default=["b1", "b32"], choices=["b1", "b32"])
     ap.add_argument("--work", default="/tmp/headwise-bench/minilm")
 
