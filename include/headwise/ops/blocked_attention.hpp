@@ -42,8 +42,11 @@
 // reuses them; backward packs Q and dO once per call and each key block's K^T, K and V^T once
 // for all the query blocks that meet it. A GEMM library would pack them again for every tile
 // product (at L = 4096, D = 64, a third of the time on OpenBLAS). The scores and probabilities
-// (A operands) are read in place. Where the CPU has no AVX2 + FMA the products go to ops::gemm
-// as before (the portable register tile exists for the tests and for CPUs without a BLAS).
+// (A operands) are read in place. Measured on an AVX2 machine (Zen 3, one thread, L = S = 4096,
+// D = 64, float): one slice's forward 84.5 -> 64.5 ms, causal 44.8 -> 35.0, backward 174 -> 163,
+// causal 97 -> 87; the layer (1, 4096, 512, 8) 1.25x faster unmasked, 1.06-1.09x causal. Where the
+// CPU has no AVX2 + FMA the products go to ops::gemm as before (the portable register tile exists
+// for the tests and for CPUs without a BLAS).
 
 namespace headwise::ops {
 

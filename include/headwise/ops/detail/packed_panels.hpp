@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>  // std::min, std::max
-#include <cstring>    // std::memset
 
 #include "../../config.hpp"
 #include "cpu_features.hpp"
@@ -202,7 +201,8 @@ void packed_gemm(Index m, Index n, Index k, T alpha, const T* a, Index rsa, Inde
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {  // an empty sum
         if (!accumulate)
-            for (Index i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(T) * n);
+            for (Index i = 0; i < m; ++i)
+                for (Index j = 0; j < n; ++j) c[i * ldc + j] = T(0);
         return;
     }
     alignas(64) T tile[MR * W];
