@@ -65,8 +65,7 @@ cmake --build "${omp}" --target bench_mha -j2
 # shellcheck source=scripts/bench_env.sh
 source scripts/bench_env.sh
 headwise_bench_env "${root}"
-python="$(command -v python3)"
-[[ -n "${HEADWISE_PEERS_PYTHON:-}" ]] && python="${HEADWISE_PEERS_PYTHON}"
+python="$(headwise_peers_python || command -v python3)"
 echo "headwise: load before the run: $(cat /proc/loadavg)"
 declare -a mha_args=(--build "${dirs[@]}" --threads 1 2 --omp-build "${omp}")
 fused="mha/(forward_eval|forward_backward)/fused/float/"

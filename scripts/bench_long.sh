@@ -40,14 +40,13 @@ cmake --build "${build}" --target bench_long bench_peers -j2
 # shellcheck source=scripts/bench_env.sh
 source scripts/bench_env.sh
 headwise_bench_env "${build}"
-python="$(command -v python3)"
-peers="${HEADWISE_PEERS_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/headwise/peers}/bin/python"
-[[ -x "${peers}" ]] && python="${peers}"
+peers="$(headwise_peers_python || true)"
+python="${peers:-$(command -v python3)}"
 day="$(date -u +%F)"
 echo "headwise: load before the run: $(cat /proc/loadavg)"
 "${python}" bench/run.py long --build "${build}" --rounds 3 --json "bench/results/${day}-long.json" \
     ${extra[@]+"${extra[@]}"}
-if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" || "${python}" != "${peers}" ]]; then
+if [[ "${HEADWISE_BENCH_NO_TORCH:-0}" == "1" || -z "${peers}" ]]; then
     echo "headwise: no torch comparison (HEADWISE_BENCH_NO_TORCH=1, or no peers environment:" \
         "bash scripts/peers.sh)"
     exit 0

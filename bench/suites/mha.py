@@ -39,7 +39,8 @@ def _run(record, program, engine, args, flags, env):
     """One run of a bench_mha program: its cases' rows into the record."""
     gb = gbench.run_program(program, gbench.standard_flags(args.rounds, args.min_time, flags),
                             env)
-    record["workers"]["%s/%s" % (engine, env["OMP_NUM_THREADS"])] = program_facts(program, gb)
+    threads = max(int(env["OMP_NUM_THREADS"]), int(env["OPENBLAS_NUM_THREADS"]))
+    record["workers"]["%s/%d" % (engine, threads)] = program_facts(program, gb)
     for row in gbench.rows_of(gb, NAME, engine, shape=SHAPE):
         T = row.pop("T")
         if row.pop("family") == "mha_threads":
