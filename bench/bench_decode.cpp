@@ -10,15 +10,12 @@
 //   recompute_prefix/<projection>/float/B:_/cache:_/E:_/H:_/Hkv:_
 //       what producing the same token costs without a cache: forward of all cache + 1 tokens
 //       with is_causal, in eval mode (every query row, though only the last is new).
-// bench/torch_decode.py times torch.nn.MultiheadAttention's single-query step on the same shapes
-// and prints the tables. Timing is by CPU time, single-threaded (see bench_mha.cpp); ratios are
+// `bench/run.py attention` times the layer's decode step against torch's SDPA step on a
+// preallocated cache. Timing is by CPU time, single-threaded (see bench_mha.cpp); ratios are
 // meaningful within one run only:
 //
 //   build/release/bench/bench_decode --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true
-//       --benchmark_out=build/release/bench_decode.json --benchmark_out_format=json
-//   (one command line)
-//   /usr/bin/python3 bench/torch_decode.py --headwise build/release/bench_decode.json
 
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized through Eigen (GCC bug 105593);
 // see bench_mha.cpp.

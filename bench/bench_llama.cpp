@@ -1,23 +1,21 @@
 // SPDX-License-Identifier: MIT
-// A Llama-style causal language model with headwise: a worker that bench/llama_peers.py drives
-// side by side with transformers (greedy generation, prefill), a read-bandwidth probe, and a
-// breakdown of one decode step.
+// A Llama-style causal language model with headwise: the worker of bench/run.py's llama and
+// smollm2 suites (timed side by side with transformers and llama.cpp), a read-bandwidth probe,
+// and a breakdown of one decode step.
 //
-//   bench_llama worker <model> <threads> <prompt.txt> <prefill.txt> <new_tokens> [weights]
+//   bench_llama worker <threads> <model> [weights]
 //       loads the model: a Hugging Face directory (LlamaForCausalLM::from_pretrained) or a
 //       .gguf file (LlamaForCausalLM::from_gguf; weights `stored`, the default, or `float32`),
-//       then answers lines on stdin:
-//         run gen <calls>     the prompt, then <new_tokens> greedy tokens (models::generate)
-//         run p128 <calls>    one decode of the prompt into an empty cache (all logits)
-//         run p<N> <calls>    the same for the first N of the prefill ids (p2048, p512, ...)
-//         run last<N> <calls> the same with the last position's logits only (decode_last), as
-//                             llama.cpp's prompt processing computes them
-//                             -> "time <median wall s> <median CPU s>" per call
-//                                (CPU: the calling thread's, where the one BLAS thread runs)
-//         ids                 -> "ids <the last generation's new ids>"
-//         mem                 -> "mem <peak RSS kB (VmHWM)> <RSS kB before the model>"
-//         load                -> "load <wall s of loading the model>"
-//         quit
+//       then answers bench/worker_process.hpp's protocol ("info" adds load_s=<wall s of loading
+//       the model>); a case is
+//         setup <id> gen <prompt.txt> <new_tokens>   the prompt, then new_tokens greedy tokens
+//                                                    (models::generate); "output" answers the
+//                                                    last call's new ids
+//         setup <id> prefill <ids.txt> <N>           one decode of the file's first N ids into an
+//                                                    empty cache (all logits)
+//         setup <id> last <ids.txt> <N>              the same with the last position's logits only
+//                                                    (decode_last), as llama.cpp's prompt
+//                                                    processing computes them
 //       The ids files hold "1 L" then L token ids.
 //   bench_llama bandwidth [MB]
 //       single-thread read bandwidth: 9 passes summing a float array of MB megabytes (default
@@ -43,20 +41,18 @@
 #include <headwise/detail/parallel.hpp>  // HEADWISE_PARALLEL, <omp.h> when set
 #include <headwise/ops/gemm.hpp>         // HEADWISE_GEMM_CBLAS, <cblas.h> when set
 
-#include "worker_process.hpp"  // status_kb, set_threads, median
+#include "worker_process.hpp"  // serve, WorkerCase, cpu_now, set_threads, median
 
 #include <Eigen/Core>
 
-#include <time.h>     // clock_gettime, CLOCK_THREAD_CPUTIME_ID
-#include <algorithm>  // std::sort
+#include <algorithm>  // std::copy, std::max_element
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdint>    // std::int64_t
 #include <cstdio>     // std::printf
 #include <cstdlib>    // std::atoi, std::atol
 #include <fstream>    // std::ifstream
-#include <iostream>   // std::cin, std::cout
-#include <map>        // std::map
-#include <sstream>    // std::istringstream
+#include <memory>     // std::unique_ptr
+#include <sstream>    // std::istringstream, std::ostringstream
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string, std::getline
 #include <vector>     // std::vector
@@ -64,21 +60,14 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using headwise_bench::cpu_now;
 using headwise_bench::median;
 using headwise_bench::set_threads;
-using headwise_bench::status_kb;
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// CPU time of the calling thread (the BLAS runs on it with one thread): figures stay
-/// comparable when other processes share the cores.
-double cpu_now() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 double cpu_since(double t0) { return cpu_now() - t0; }
 
 /// Sums of a float array far larger than the caches, one thread, timed by its CPU time; Eigen's
@@ -138,81 +127,64 @@ Model load_model(const std::string& path, const std::string& weights) {
                                                       : headwise::models::GgufWeights::float32);
 }
 
-int worker(const std::string& path, int threads, const std::string& prompt_path,
-           const std::string& prefill_path, Index new_tokens, const std::string& weights) {
+/// A generation of new_tokens greedy tokens after a prompt (models::generate).
+struct Generation : headwise_bench::WorkerCase {
+    Model& model;
+    std::vector<std::int64_t> prompt, last;
+    headwise::models::GenerationOptions options;
+
+    Generation(Model& m, std::vector<std::int64_t> ids, Index new_tokens)
+        : model(m), prompt(std::move(ids)) {
+        options.max_new_tokens = new_tokens;  // greedy, no stop token
+    }
+    void call() override { last = headwise::models::generate(model, {prompt}, options)[0]; }
+    std::string output() const override {
+        std::ostringstream out;
+        for (std::size_t i = 0; i < last.size(); ++i) out << (i ? " " : "") << last[i];
+        return out.str();
+    }
+};
+
+/// One decode of a batch of ids into an empty cache: all logits, or the last position's.
+struct Prefill : headwise_bench::WorkerCase {
+    Model& model;
+    Tensor<std::int64_t> ids;
+    bool last_only;
+    float sink = 0;
+
+    Prefill(Model& m, Tensor<std::int64_t> batch, bool last)
+        : model(m), ids(std::move(batch)), last_only(last) {}
+    void call() override {
+        auto cache = model.make_cache(1, ids.shape()[1]);
+        sink += last_only ? model.decode_last(ids.view(), cache, {}).data()[0]
+                          : model.decode(ids.view(), cache, {}).data()[0];
+    }
+};
+
+std::unique_ptr<headwise_bench::WorkerCase> make_case(Model& model, std::istringstream& in) {
+    std::string kind, path;
+    long n = 0;
+    if (!(in >> kind >> path >> n) || n <= 0)
+        throw std::runtime_error("setup: expected <gen|prefill|last> <ids.txt> <count>");
+    const std::vector<std::int64_t> ids = read_ids(path);
+    if (kind == "gen") return std::make_unique<Generation>(model, ids, n);
+    if (kind != "prefill" && kind != "last")
+        throw std::runtime_error("setup: expected gen, prefill or last, got " + kind);
+    if (n > static_cast<long>(ids.size()))
+        throw std::runtime_error("setup: " + path + " holds " + std::to_string(ids.size()) +
+                                 " ids, fewer than " + std::to_string(n));
+    return std::make_unique<Prefill>(model, as_batch({ids.begin(), ids.begin() + n}),
+                                     kind == "last");
+}
+
+int worker(int threads, const std::string& path, const std::string& weights) {
     set_threads(threads);
-    const long baseline = status_kb("VmRSS");
     const auto load_start = Clock::now();
     Model model = load_model(path, weights);
-    const double load_seconds = seconds_since(load_start);
-    const std::vector<std::int64_t> prompt = read_ids(prompt_path);
-    const Tensor<std::int64_t> prompt_batch = as_batch(prompt);
-    const std::vector<std::int64_t> prefill_ids = read_ids(prefill_path);
-    std::map<std::string, Tensor<std::int64_t>> prefills;  // "p<N>": the first N prefill ids
-    const auto prefill_of = [&](const std::string& which) -> const Tensor<std::int64_t>& {
-        if (which == "p128") return prompt_batch;
-        auto it = prefills.find(which);
-        if (it != prefills.end()) return it->second;
-        const long n = which.size() > 1 ? std::atol(which.c_str() + 1) : 0;
-        if (which[0] != 'p' || n <= 0 || n > static_cast<long>(prefill_ids.size()))
-            throw std::runtime_error("unknown case " + which + " (gen, p128 or p<N>, N <= " +
-                                     std::to_string(prefill_ids.size()) + ")");
-        return prefills.emplace(which, as_batch({prefill_ids.begin(), prefill_ids.begin() + n}))
-            .first->second;
-    };
-    headwise::models::GenerationOptions options;
-    options.max_new_tokens = new_tokens;  // greedy, no stop token
-    std::vector<std::int64_t> last;
-    float sink = 0;
-    const auto gen = [&] { last = headwise::models::generate(model, {prompt}, options)[0]; };
-    const auto prefill = [&](const Tensor<std::int64_t>& ids) {
-        auto cache = model.make_cache(1, ids.shape()[1]);
-        sink += model.decode(ids.view(), cache, {}).data()[0];
-    };
-    const auto prefill_last = [&](const Tensor<std::int64_t>& ids) {  // the last logits only
-        auto cache = model.make_cache(1, ids.shape()[1]);
-        sink += model.decode_last(ids.view(), cache, {}).data()[0];
-    };
-    gen();  // warm-up
-    prefill(prompt_batch);
-    std::cout << "ready" << std::endl;
-    std::string line;
-    while (std::getline(std::cin, line)) {
-        std::istringstream in(line);
-        std::string cmd, which;
-        int calls = 0;
-        in >> cmd >> which >> calls;
-        if (cmd == "quit") break;
-        if (cmd == "mem") {
-            std::cout << "mem " << status_kb("VmHWM") << " " << baseline << std::endl;
-            continue;
-        }
-        if (cmd == "load") {
-            std::cout << "load " << load_seconds << std::endl;
-            continue;
-        }
-        if (cmd == "ids") {
-            std::cout << "ids";
-            for (std::int64_t id : last) std::cout << ' ' << id;
-            std::cout << std::endl;
-            continue;
-        }
-        std::vector<double> times, cpu;
-        for (int c = 0; c < calls; ++c) {
-            const auto t0 = Clock::now();
-            const double c0 = cpu_now();
-            if (which == "gen")
-                gen();
-            else if (which.rfind("last", 0) == 0)
-                prefill_last(prefill_of("p" + which.substr(4)));
-            else
-                prefill(prefill_of(which));
-            times.push_back(seconds_since(t0));
-            cpu.push_back(cpu_since(c0));
-        }
-        std::cout << "time " << median(times) << ' ' << median(cpu) << std::endl;
-    }
-    return sink == 12345.0f ? 1 : 0;  // keeps the results observable
+    std::ostringstream info;
+    info << "load_s=" << seconds_since(load_start);
+    return headwise_bench::serve(
+        threads, [&](std::istringstream& in) { return make_case(model, in); }, info.str());
 }
 
 /// One decode step at a cache of `n` tokens, whole and in parts (each part on the input the
@@ -287,9 +259,8 @@ int main(int argc, char** argv) {
     return 2;
 #else
     try {
-        if (mode == "worker" && (argc == 7 || argc == 8))
-            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5], std::atol(argv[6]),
-                          argc == 8 ? argv[7] : "stored");
+        if (mode == "worker" && (argc == 4 || argc == 5))
+            return worker(std::atoi(argv[2]), argv[3], argc == 5 ? argv[4] : "stored");
         if (mode == "profile" && argc >= 4)
             return profile(argv[2], std::atol(argv[3]), argc > 4 ? std::atol(argv[4]) : 1,
                            argc > 5 ? std::atoi(argv[5]) : 21);
@@ -298,8 +269,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::fprintf(stderr,
-                 "usage: bench_llama worker <model> <threads> <prompt.txt> <prefill.txt> "
-                 "<new_tokens> [stored|float32]\n"
+                 "usage: bench_llama worker <threads> <model> [stored|float32]\n"
                  "       bench_llama bandwidth [MB]\n"
                  "       bench_llama profile <model> <cache_length> [new_tokens] [steps]\n");
     return 2;

@@ -12,14 +12,16 @@
 // {256, 512, 1024, 2048, 4096, 8192}.
 //
 // Time: CPU time of the thread (one thread, the default build), as bench_mha, of calls after a
-// first, untimed one (as bench/long_torch.py times torch): the steady state of a training loop.
+// first, untimed one (as bench/run.py's workers time every engine): the steady state of a
+// training loop.
 // Memory: every case reports `extra_MiB`, the peak resident set of the process while the case
 // runs minus its resident set just before: the module, its inputs and the upstream gradient are
 // built first, then freed heap memory is handed back to the system (malloc_trim), the kernel's
 // peak counter is reset (writing 5 to /proc/self/clear_refs resets VmHWM) and VmRSS is read;
 // after the first call and the timed loop VmHWM is read. So extra_MiB is what the calls add above a
 // process that holds the module and its inputs: activations, saved tensors, scratch, outputs and
-// gradients. bench/long_torch.py measures torch the same way. -1 where /proc is not available.
+// gradients. bench/run.py's workers measure a call's peak the same way. -1 where /proc is not
+// available.
 
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized inside Eigen (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
@@ -100,9 +102,9 @@ void bm_long(benchmark::State& state, Mode mode, AttentionKernel kernel, bool ca
     };
     const bool measured = reset_peak();
     const long before = status_kib("VmRSS");
-    // One call before the timed ones, inside the memory measurement, as long_torch.py does for
-    // torch: the module sizes its reusable buffers there, so the timed calls are the steady state
-    // a training loop sees, and the peak still counts every buffer a call needs.
+    // One call before the timed ones, inside the memory measurement, as bench/run.py's workers do:
+    // the module sizes its reusable buffers there, so the timed calls are the steady state a
+    // training loop sees, and the peak still counts every buffer a call needs.
     call();
     for (auto _ : state) call();
     const long peak = status_kib("VmHWM");

@@ -171,7 +171,7 @@ void bm_mha(benchmark::State& state, Operation op, Projection projection) {
     const auto x = headwise::Tensor<T>::randn(headwise::Shape{p.B, p.L, p.E}, rng);   // [B, L, E]
     const auto dy = headwise::Tensor<T>::randn(headwise::Shape{p.B, p.L, p.E}, rng);  // [B, L, E]
 
-    // Each case runs one untimed call first (compare_torch.py warms torch up the same way): a new
+    // Each case runs one untimed call first (bench/run.py's workers warm up the same way): a new
     // module sizes its reusable buffers on its first call, and a repetition of a large shape
     // is one or two calls, whose time would otherwise be mostly that first call's.
     switch (op) {

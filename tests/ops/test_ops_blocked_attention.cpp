@@ -139,9 +139,9 @@ Blocked<T> run_blocked(const Slice<T>& x, T scale, const ops::Dropout& dropout,
                        const ops::AttentionTiles& tiles) {
     Blocked<T> b{Tensor<T>(Shape{x.L}), Tensor<T>(Shape{x.L, x.Dv}), Tensor<T>(Shape{x.L, x.D}),
                  Tensor<T>(Shape{x.S, x.D}), Tensor<T>(Shape{x.S, x.Dv})};
-    std::vector<T> scratch(
-        static_cast<std::size_t>(ops::blocked_attention_backward_scratch(tiles, x.L) +
-                                 ops::blocked_attention_forward_scratch(tiles)));
+    std::vector<T> scratch(static_cast<std::size_t>(
+        ops::blocked_attention_backward_scratch(tiles, x.L, x.S, x.D, x.Dv) +
+        ops::blocked_attention_forward_scratch(tiles, x.S, x.D, x.Dv)));
     ops::blocked_attention_forward<T>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), x.sm, scale,
                                       dropout, 5, tiles, scratch.data(), column(b.LSE),
                                       b.O.matrix());
@@ -244,7 +244,7 @@ TEMPLATE_TEST_CASE("blocked weights recomputed from the log-sum-exp equal the ma
     const ops::AttentionTiles tiles{4, 3};
     const Materialised<T> m = run_materialised(x, T(0.6), dropout);
     Blocked<T> b = run_blocked(x, T(0.6), dropout, tiles);
-    std::vector<T> scratch(static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles)));
+    std::vector<T> scratch(static_cast<std::size_t>(ops::blocked_attention_weights_scratch(tiles)));
     const Tensor<T>& A = dropout.active() ? m.A : m.P;  // the materialised weights after dropout
     Tensor<T> W(Shape{x.L, x.S});
     ops::blocked_attention_weights<T>(x.Q.matrix(), x.K.matrix(), x.sm, T(0.6), dropout, 5,
@@ -401,8 +401,8 @@ TEST_CASE("blocked gradients accumulate into dQ, dK, dV", "[ops][blocked]") {
     const ops::AttentionTiles tiles{2, 4};
     Blocked<double> b = run_blocked(x, 0.5, ops::Dropout{}, tiles);
     Tensor<double> dQ = b.dQ, dK = b.dK, dV = b.dV;
-    std::vector<double> scratch(
-        static_cast<std::size_t>(ops::blocked_attention_backward_scratch(tiles, x.L)));
+    std::vector<double> scratch(static_cast<std::size_t>(
+        ops::blocked_attention_backward_scratch(tiles, x.L, x.S, x.D, x.Dv)));
     ops::blocked_attention_backward<double>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), b.O.matrix(),
                                             column(b.LSE), x.sm, 0.5, ops::Dropout{}, 5, tiles,
                                             x.dO.matrix(), scratch.data(), dQ.matrix(), dK.matrix(),
@@ -424,7 +424,7 @@ TEST_CASE("the blocked kernels check every shape and the tiles in every build", 
     const auto V_short = Tensor<double>::randn(Shape{S - 1, D}, rng);
     const ops::AttentionTiles tiles{2, 4};
     std::vector<double> scratch(
-        static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles)));
+        static_cast<std::size_t>(ops::blocked_attention_forward_scratch(tiles, S, D, D)));
     Eigen::VectorXd LSE(L), LSE_short(L - 1);
     Tensor<double> O(Shape{L, D});
     const auto forward = [&](const Tensor<double>& v, Eigen::VectorXd& lse,

@@ -38,6 +38,15 @@ void parallel_for(Index n, F&& f) {
 #endif
 }
 
+/// Multiply-adds (M N K) below which a matrix product runs on one thread: starting and joining
+/// threads costs more than they save there. Measured with OpenBLAS 0.3.21 on the 2-core machine
+/// of docs/prepared_weights.md (minimum of 40 x 5 calls, cblas_sgemm X W^T): all-MiniLM-L6-v2's
+/// products at 12 tokens (1.8 M to 7.1 M) took 3.0-3.3x as long on two threads as on one, those
+/// at 32 tokens and more (18.9 M and up) 1.03-1.05x; the same rule holds for oneDNN's products
+/// (ops/prepared_gemm.hpp). ops::gemm keeps the CBLAS at one thread below it (a build without
+/// OpenMP, where OpenBLAS threads each product itself).
+inline constexpr double kSerialProductMacs = 16.0 * (1 << 20);
+
 /// Elements a pass over memory (a bias broadcast, a column sum) must have per thread before it
 /// is split over threads: below that, starting the threads costs more than the pass.
 inline constexpr Index kParallelGrain = Index{1} << 16;

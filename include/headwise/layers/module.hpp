@@ -300,6 +300,26 @@ public:
         mutable_self().walk_module(walk, "", false);
     }
     Precision precision() const noexcept { return precision_; }
+    /// Prepared float weights for inference (on by default when called without an argument):
+    /// every weight matrix of the tree keeps, beside its float master, a copy in the layout of
+    /// the kernel that multiplies it (oneDNN's f32 matmul, the weight reordered once: no packing
+    /// of the weight on every product; ops/prepared_gemm.hpp), which evaluation-mode products
+    /// read. The copies are taken here if the module is in evaluation mode, else at the next
+    /// eval(); again after every load_state_dict and every eval() (so evaluation after training
+    /// steps reads the current weights); freed in training mode, whose products read the master.
+    /// After changing weights in evaluation mode otherwise (through parameters()), call this
+    /// again. They apply to Precision::float32 only (bf16 and stored weights are read as those
+    /// formats; the wish is kept for a return to float32). Results are not bit for bit those of
+    /// the plain products: oneDNN sums in its own order (the difference is float rounding of
+    /// sum |x w|, bounded in tests/layers/test_prepared_weights.cpp); they are the same from call
+    /// to call. A no-op, documented, where nothing can be prepared: double modules (oneDNN has
+    /// no f64 matmul) and builds without oneDNN (HEADWISE_BF16=OFF or oneDNN not found);
+    /// prepared_weights() says whether products read prepared weights. Bytes: the copies add
+    /// about the float weights' size to memory_bytes(). off frees the copies.
+    Derived& with_prepared_weights(bool on = true);
+    /// Whether the products of the tree read prepared weights now: some weight matrix is
+    /// prepared (with_prepared_weights(true), evaluation mode, float32, a build with oneDNN).
+    bool prepared_weights() const;
     /// Whether any weight of the tree was released by with_precision(bf16, release).
     bool float_weights_released() const;
     /// Bytes of the parameters as stored (float weights unless released, their copies in a
@@ -508,8 +528,10 @@ void Module<Derived, T>::train(bool on) {
     detail::ModesWalk<T> walk;
     walk.training = on;
     walk_module(walk, "", true);
-    if (!on)
-        for (WeightMatrix<T>* w : weights()) w->refresh();
+    for (WeightMatrix<T>* w : weights()) {
+        w->set_training(on);
+        if (!on) w->refresh();
+    }
 }
 
 template <class Derived, class T>
@@ -577,6 +599,20 @@ Derived& Module<Derived, T>::with_weight_type(quant::Type type, FloatWeights flo
     modes.precision = Precision::float32;
     walk_module(modes, "", true);
     return derived();
+}
+
+template <class Derived, class T>
+Derived& Module<Derived, T>::with_prepared_weights(bool on) {
+    for (WeightMatrix<T>* w : weights())
+        if (!w->is_table()) w->set_prepared(on);
+    return derived();
+}
+
+template <class Derived, class T>
+bool Module<Derived, T>::prepared_weights() const {
+    for (const WeightMatrix<T>* w : mutable_self().weights())
+        if (w->prepared()) return true;
+    return false;
 }
 
 template <class Derived, class T>

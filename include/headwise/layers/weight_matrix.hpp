@@ -5,7 +5,8 @@
 #include <algorithm>    // std::copy_n
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint8_t, std::uint64_t
-#include <memory>       // std::shared_ptr
+#include <memory>       // std::shared_ptr, std::make_shared
+#include <mutex>        // std::mutex, std::lock_guard
 #include <stdexcept>    // std::logic_error
 #include <string>       // std::string
 #include <type_traits>  // std::is_same_v
@@ -17,6 +18,7 @@
 #include "../detail/compiled_templates.hpp"
 #include "../ops/gemm_bf16.hpp"
 #include "../ops/linear.hpp"
+#include "../ops/prepared_gemm.hpp"
 #include "../ops/quant_matmul.hpp"
 #include "../precision.hpp"
 #include "../quant/dequantize.hpp"
@@ -40,7 +42,10 @@ namespace headwise {
 /// contract: refresh()); bf16 released (the copy only: master and gradient freed, shape()
 /// still the logical one); stored (a GGUF tensor type: the rows as quantized blocks, quantized
 /// once from the master by set_stored, or a file's blocks as they are by take_stored; the master
-/// kept or released; inference only). The logical shape may be any rank (MultiheadAttention's
+/// kept or released; inference only). Independently of these, a float32 weight may be prepared
+/// (set_prepared): the master kept, plus a copy in the layout of the kernel that multiplies it
+/// (ops::PreparedMatrix: oneDNN's matmul with the weight reordered once), which evaluation-mode
+/// products read. The logical shape may be any rank (MultiheadAttention's
 /// in-projection is one flat block that its declaration views as one or three matrices): the
 /// products see it as rows of row_length() values.
 template <class T>
@@ -109,6 +114,31 @@ public:
         return precision_ == Precision::bf16 ? copy_.data() : nullptr;
     }
 
+    /// Whether prepared weights were asked for (set_prepared(true)); they are used while the
+    /// weight is float32 (not bf16, not stored) and the build prepares (prepared()).
+    bool prepare_wanted() const noexcept { return prepare_wanted_; }
+    /// Whether the products read a prepared copy now: asked for, evaluation mode, float weights
+    /// (T = float: oneDNN has no f64 matmul), Precision::float32, not stored, and a build with
+    /// oneDNN (ops::prepared_gemm_available()).
+    bool prepared() const noexcept { return prepared_ != nullptr; }
+
+    /// The switch of with_prepared_weights: on, the copy is prepared now from the master (a
+    /// rank-2 weight whole; a block of a flat holder, MultiheadAttention's in-projection, at its
+    /// first product) and again at every refresh(); off, it is freed. Where a prepared copy
+    /// cannot be used (see prepared()) the wish is kept and nothing is prepared until it can.
+    void set_prepared(bool on) {
+        prepare_wanted_ = on;
+        prepared_.reset();
+        sync_prepared();
+    }
+    /// The module's mode (Module::train): a prepared copy exists in evaluation mode only, since
+    /// in training an optimiser changes the master every step. Training mode frees it; the
+    /// caller refreshes after switching to evaluation.
+    void set_training(bool on) {
+        training_ = on;
+        if (on) prepared_.reset();
+    }
+
     /// Replaces the master by `w` (shape() checked by the caller), moved in; the copy follows.
     void replace(Tensor<T>&& w) {
         value_ = std::move(w);
@@ -142,6 +172,7 @@ public:
             }
         }
         precision_ = precision;
+        sync_prepared();
     }
 
     /// Stores the weight as `type` (float only; a type quant::quantize_row writes; rows of
@@ -169,6 +200,7 @@ public:
             keep_alive_.reset();
             stored_ = type;
             if (float_weights == FloatWeights::release) release_master();
+            sync_prepared();
         }
     }
     /// Stores the weight as a file's blocks, used as they are (no copy): `data` holds
@@ -184,6 +216,7 @@ public:
         keep_alive_ = std::move(keep_alive);
         stored_ = type;
         release_master();
+        sync_prepared();
     }
     /// The stored weight as quant_matmul reads it: rows [row0, row0 + rows).
     ops::QuantMatrix stored_rows(Index row0, Index rows) const {
@@ -216,18 +249,21 @@ public:
         }
     }
 
-    /// The copy taken anew from the master (bf16, not released); nothing otherwise.
+    /// The copies taken anew from the master: the bf16 copy (bf16, not released), the prepared
+    /// blocks (prepared()); nothing otherwise.
     void refresh() {
         if constexpr (std::is_same_v<T, float>)
             if (precision_ == Precision::bf16 && !released_)
                 to_bf16(value_.data(), copy_.data(), value_.numel());
+        sync_prepared();
     }
 
     /// Bytes as stored: the master (unless released) and the copy; the gradient not counted.
     std::size_t memory_bytes() const noexcept {
         return sizeof(T) * static_cast<std::size_t>(value_.numel()) +
                sizeof(BFloat16) * copy_.size() + blocks_.size() +
-               (external_ ? static_cast<std::size_t>(external_bytes_) : 0);
+               (external_ ? static_cast<std::size_t>(external_bytes_) : 0) +
+               (prepared_ ? prepared_->bytes() : 0);
     }
 
     /// Y [N, out] = X [N, in] W^T + b for a weight of shape [out, in], in the holder's format.
@@ -261,6 +297,18 @@ public:
                 return;
             }
         }
+        if constexpr (std::is_same_v<T, float>) {
+            // Prepared: evaluation reads the copy refresh() took; training (`current`) the
+            // master as it is now, since an optimiser changes it every step.
+            if (!current && prepared_) {
+                const std::shared_ptr<const ops::PreparedMatrix> p =
+                    prepared_->find_or_make(value_.data(), offset, rows, cols);
+                if (p) {
+                    p->forward(X, bias, Y);
+                    return;
+                }
+            }
+        }
         ops::linear_forward<T>(X, master_block(offset, rows, cols), bias, Y);
     }
 
@@ -281,6 +329,59 @@ public:
     }
 
 private:
+    /// The prepared blocks of one master, each made once (a block at its first product, under
+    /// the lock, so that const products may run at the same time). Copies of a WeightMatrix
+    /// share it until one of them refreshes, which gives that one new blocks.
+    struct PreparedBlocks {
+        struct Block {
+            Index offset, rows, cols;
+            std::shared_ptr<const ops::PreparedMatrix> matrix;  // null: oneDNN refused it
+        };
+        mutable std::mutex mutex;
+        mutable std::vector<Block> blocks;
+
+        std::shared_ptr<const ops::PreparedMatrix> find_or_make(const float* master, Index offset,
+                                                                Index rows, Index cols) const {
+            const std::lock_guard<std::mutex> lock(mutex);
+            for (const Block& b : blocks)
+                if (b.offset == offset && b.rows == rows && b.cols == cols) return b.matrix;
+            blocks.push_back(
+                {offset, rows, cols, ops::PreparedMatrix::make(master + offset, rows, cols, cols)});
+            return blocks.back().matrix;
+        }
+        std::size_t bytes() const {
+            const std::lock_guard<std::mutex> lock(mutex);
+            std::size_t n = 0;
+            for (const Block& b : blocks) n += b.matrix ? b.matrix->bytes() : 0;
+            return n;
+        }
+    };
+
+    /// Prepared blocks made anew from the master when prepared weights are wanted and usable
+    /// (the blocks made before again, a rank-2 weight whole), else none.
+    void sync_prepared() {
+        const bool usable = prepare_wanted_ && !training_ && std::is_same_v<T, float> &&
+                            precision_ == Precision::float32 && !stored() && !released_ &&
+                            value_.numel() > 0 && ops::prepared_gemm_available();
+        if (!usable) {
+            prepared_.reset();
+            return;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+            auto fresh = std::make_shared<PreparedBlocks>();
+            if (prepared_) {
+                const std::lock_guard<std::mutex> lock(prepared_->mutex);
+                for (const typename PreparedBlocks::Block& b : prepared_->blocks)
+                    fresh->blocks.push_back({b.offset, b.rows, b.cols,
+                                             ops::PreparedMatrix::make(value_.data() + b.offset,
+                                                                       b.rows, b.cols, b.cols)});
+            } else if (shape_.rank() == 2) {
+                fresh->find_or_make(value_.data(), 0, shape_[0], shape_[1]);
+            }
+            prepared_ = std::move(fresh);
+        }
+    }
+
     MatrixMap<const T> master_block(Index offset, Index rows, Index cols) const {
         return MatrixMap<const T>(value_.data() + offset, rows, cols);
     }
@@ -337,7 +438,10 @@ private:
     std::vector<std::uint8_t> blocks_;        // the stored rows, quantized here
     const std::uint8_t* external_ = nullptr;  // or a file's, borrowed
     std::uint64_t external_bytes_ = 0;
-    std::shared_ptr<const void> keep_alive_;  // what keeps external_ valid
+    std::shared_ptr<const void> keep_alive_;          // what keeps external_ valid
+    bool prepare_wanted_ = false;                     // set_prepared(true)
+    bool training_ = true;                            // the module's mode (set_training)
+    std::shared_ptr<const PreparedBlocks> prepared_;  // the prepared copy (prepared()), or null
 };
 
 }  // namespace headwise

@@ -102,6 +102,16 @@ public:
         return *this;
     }
     Precision precision() const noexcept { return model_.precision(); }
+    /// Prepared float weights for the encoder's products (BertModel::with_prepared_weights: the
+    /// weights held in the layout of the kernel that multiplies them, oneDNN's, prepared once);
+    /// a no-op for double embedders and builds without oneDNN. The embeddings differ from the
+    /// plain products' by float rounding only.
+    SentenceEmbedder& with_prepared_weights(bool on = true) {
+        model_.with_prepared_weights(on);
+        return *this;
+    }
+    /// Whether the encoder's products read prepared weights.
+    bool prepared_weights() const { return model_.prepared_weights(); }
     /// Whether the encoder's float weights are released.
     bool float_weights_released() const { return model_.float_weights_released(); }
     BertModel<T>& model() noexcept { return model_; }

@@ -11,6 +11,7 @@
 #include <string>     // std::string, std::to_string
 
 #include "../config.hpp"
+#include "../detail/parallel.hpp"  // kSerialProductMacs
 #include "../error.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
@@ -42,7 +43,8 @@
 // OpenMP build (which then threads the products gemm does not split by OMP_NUM_THREADS, so that
 // their bits depend on it). Without HEADWISE_USE_OPENMP headwise starts no thread, and a CBLAS
 // may use its own threads for each product (OPENBLAS_NUM_THREADS), whose results then depend on
-// their count.
+// their count; OpenBLAS runs a product below detail::kSerialProductMacs on one thread (its
+// count set to 1 for the call), where two threads took up to 3x as long as one.
 
 namespace headwise::ops {
 
@@ -210,6 +212,33 @@ inline Index gemm_blocks(Index m, Index n, Index k) {
 #endif
 }
 
+/// In a build without OpenMP on OpenBLAS (which threads each product itself), a product below
+/// kSerialProductMacs multiply-adds runs with OpenBLAS's thread count set to 1 for the call and
+/// restored on leaving; otherwise nothing.
+class BlasSerialScope {
+public:
+#if HEADWISE_GEMM_CBLAS && !HEADWISE_GEMM_OPENMP && defined(OPENBLAS_VERSION)
+    explicit BlasSerialScope(double macs) noexcept {
+        if (macs >= kSerialProductMacs) return;
+        const int threads = openblas_get_num_threads();
+        if (threads <= 1) return;
+        saved_ = threads;
+        openblas_set_num_threads(1);
+    }
+    ~BlasSerialScope() {
+        if (saved_ > 1) openblas_set_num_threads(saved_);
+    }
+
+private:
+    int saved_ = 0;
+#else
+    explicit BlasSerialScope(double macs) noexcept { static_cast<void>(macs); }
+#endif
+public:
+    BlasSerialScope(const BlasSerialScope&) = delete;
+    BlasSerialScope& operator=(const BlasSerialScope&) = delete;
+};
+
 /// Keeps Eigen from starting threads of its own inside one backend call: Eigen splits a product
 /// over omp_get_max_threads() threads when called outside a parallel region, with blocking that
 /// depends on the thread count, so results would change with OMP_NUM_THREADS. Sets the calling
@@ -271,6 +300,8 @@ void gemm(T alpha, ConstMatrixRef<T> A, Op op_a, ConstMatrixRef<T> B, Op op_b, T
     const Index blocks = detail::gemm_blocks(m, n, k);
     if (blocks <= 1) {
         [[maybe_unused]] const detail::SingleThreadScope one_thread;
+        [[maybe_unused]] const detail::BlasSerialScope small(
+            static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
         detail::gemm_serial(alpha, A, op_a, B, op_b, beta, C);
         return;
     }

@@ -153,9 +153,11 @@ protected:
             extended_layout_ = l;
         }
         if (call.blocked()) {
-            // Backward needs two tiles and Delta [L]; forward a tile and the running max and sum.
-            tile_scratch_ = gradients ? ops::blocked_attention_backward_scratch(call.tiles, g_.L)
-                                      : ops::blocked_attention_forward_scratch(call.tiles);
+            // Backward needs two tiles, Delta [L] and its packed operands; forward a tile, the
+            // running max and sum, and K^T and V packed (ops/blocked_attention.hpp).
+            tile_scratch_ =
+                gradients ? ops::blocked_attention_backward_scratch(call.tiles, g_.L, g_.Sx, D_, D_)
+                          : ops::blocked_attention_forward_scratch(call.tiles, g_.Sx, D_, D_);
             tiles_.get(Shape{threads, tile_scratch_});
             if (!gradients) lse_.get(Shape{g_.B, heads_, g_.L});
         } else {

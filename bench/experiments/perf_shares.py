@@ -7,10 +7,10 @@ softmax, masks, copies, zeroing, malloc and kernel time.
     echo 'run c 20' >> in.txt; echo quit >> in.txt
     perf record -g -o perf.data build/bench/peers/bench/bench_peers worker 1 < in.txt
     perf report -i perf.data --no-children --sort dso,sym --stdio -g none > perf.txt
-    python3 bench/perf_shares.py perf.txt [top symbols, default 15]
+    python3 bench/experiments/perf_shares.py perf.txt [top symbols, default 15]
 
-(Case directories: those bench/peers.py writes under its --work, e.g.
-/tmp/headwise-peers/train-8-128-512-8.) GEMM is the BLAS's
+(Case directories: those `bench/run.py attention` writes under its --work, e.g.
+/tmp/headwise-bench/attention/train-8-128-512-8.) GEMM is the BLAS's
 kernels; packing its copy routines (OpenBLAS's *_oncopy/_otcopy/_incopy/_itcopy, which lay out
 operand panels before each product); GEMM beta its scaling of C (sgemm_beta, run even for
 beta = 0). Everything headwise does outside the BLAS is inlined into a few symbols of the

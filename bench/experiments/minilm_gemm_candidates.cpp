@@ -9,7 +9,7 @@
 //   onednn packed    oneDNN's matmul with the weight reordered once into the layout the
 //                    primitive asks for (format_tag::any): no copy per call
 // Not part of the build (it needs OpenBLAS and oneDNN at once); build and run it by hand:
-//   g++ -O2 -std=c++17 bench/minilm_gemm_candidates.cpp -o /tmp/minilm_gemm_candidates
+//   g++ -O2 -std=c++17 bench/experiments/minilm_gemm_candidates.cpp -o /tmp/minilm_gemm_candidates
 //       -I/usr/include/x86_64-linux-gnu -lopenblas -ldnnl   (one command)
 //   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /tmp/minilm_gemm_candidates [M ...]
 // M defaults to 12 (a 12-token query), 128 and 4096 (batch 32 x 128). Prints, per M, the
