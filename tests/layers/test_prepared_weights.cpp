@@ -28,6 +28,8 @@
 #include "support/projections.hpp"
 #include "support/released_weights.hpp"
 
+namespace test_prepared_weights {
+
 using namespace headwise;
 using headwise::test::kProjections;
 using headwise::test::same_bits;
@@ -289,3 +291,5 @@ TEST_CASE("BertModel and LlamaForCausalLM with prepared weights", "[prepared][mo
     CHECK(llama.prepared_weights() == kPrepares);
     CHECK(scaled_difference(llama.forward(ids), llama_plain.forward(ids)) <= kCompositeTolerance);
 }
+
+}  // namespace test_prepared_weights

@@ -14,6 +14,8 @@
 #include "support/catch.hpp"
 #include "support/tolerance.hpp"
 
+namespace test_packed_panels {
+
 using headwise::Index;
 namespace detail = headwise::detail;
 
@@ -138,3 +140,5 @@ TEST_CASE("packed_gemm with accumulate off writes C without reading it", "[ops][
         for (const float v : c) CHECK_FALSE(std::isnan(v));
     }
 }
+
+}  // namespace test_packed_panels
