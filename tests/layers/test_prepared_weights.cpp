@@ -292,4 +292,28 @@ TEST_CASE("BertModel and LlamaForCausalLM with prepared weights", "[prepared][mo
     CHECK(scaled_difference(llama.forward(ids), llama_plain.forward(ids)) <= kCompositeTolerance);
 }
 
+#if HEADWISE_PREPARED_DNNL
+TEST_CASE("A prepared product leaves the OpenMP thread count as it found it",
+          "[prepared][threads]") {
+    // A product below kSerialProductMacs runs oneDNN on one thread (the count set for the call);
+    // the caller's count comes back after it, small product or large.
+    const detail::OmpCalls& omp = detail::omp_calls();
+    if (!kPrepares || !omp.set_num_threads) return;
+    const int saved = omp.get_max_threads();
+    omp.set_num_threads(2);
+    std::mt19937_64 rng(17);
+    for (const Index N : {Index{3}, Index{128}}) {
+        CAPTURE(N);
+        const Tensor<float> W = Tensor<float>::randn({384, 384}, rng);  // 128 rows: 18.9 M
+        const Tensor<float> X = Tensor<float>::randn({N, 384}, rng);
+        Tensor<float> Y(Shape{N, 384});
+        const auto prepared = ops::PreparedMatrix::make(W.data(), 384, 384, 384);
+        REQUIRE(prepared != nullptr);
+        prepared->forward(X.matrix(), nullptr, Y.matrix());
+        CHECK(omp.get_max_threads() == 2);
+    }
+    omp.set_num_threads(saved);
+}
+#endif
+
 }  // namespace test_prepared_weights

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The blocked attention kernels against the materialised ones: every mask kind, appended keys,
 // dropout, tiles that do not divide L or S, fully masked rows, NaN scores, skipped tiles, and
-// gradcheck of the blocked backward.
+// gradcheck of the blocked backward; each on every path this CPU runs (the packed panels' AVX2
+// register tile, and the ops::gemm products of CPUs without AVX2 + FMA).
 #include <headwise/gradcheck.hpp>
 #include <headwise/ops/attention.hpp>
 #include <headwise/ops/blocked_attention.hpp>
@@ -20,9 +21,18 @@
 namespace test_ops_blocked_attention {
 
 using namespace headwise;
+using headwise::detail::SimdLevel;
 using headwise::test::Tol;
 
 namespace {
+
+/// The instruction sets the blocked kernels choose between that this CPU runs: none (the
+/// ops::gemm products) always, and its own level where that has AVX2 + FMA (the packed panels).
+std::vector<SimdLevel> levels_here() {
+    std::vector<SimdLevel> levels = {SimdLevel::none};
+    if (detail::cpu_simd_level() != SimdLevel::none) levels.push_back(detail::cpu_simd_level());
+    return levels;
+}
 
 enum MaskBits : int {
     kBool = 1,         // a boolean [L, S0] mask, one row fully hidden
@@ -136,18 +146,20 @@ struct Blocked {
 
 template <class T>
 Blocked<T> run_blocked(const Slice<T>& x, T scale, const ops::Dropout& dropout,
-                       const ops::AttentionTiles& tiles) {
+                       const ops::AttentionTiles& tiles,
+                       SimdLevel level = detail::cpu_simd_level()) {
     Blocked<T> b{Tensor<T>(Shape{x.L}), Tensor<T>(Shape{x.L, x.Dv}), Tensor<T>(Shape{x.L, x.D}),
                  Tensor<T>(Shape{x.S, x.D}), Tensor<T>(Shape{x.S, x.Dv})};
     std::vector<T> scratch(static_cast<std::size_t>(
         ops::blocked_attention_backward_scratch(tiles, x.L, x.S, x.D, x.Dv) +
         ops::blocked_attention_forward_scratch(tiles, x.S, x.D, x.Dv)));
-    ops::blocked_attention_forward<T>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), x.sm, scale,
-                                      dropout, 5, tiles, scratch.data(), column(b.LSE),
-                                      b.O.matrix());
-    ops::blocked_attention_backward<T>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), b.O.matrix(),
-                                       column(b.LSE), x.sm, scale, dropout, 5, tiles, x.dO.matrix(),
-                                       scratch.data(), b.dQ.matrix(), b.dK.matrix(), b.dV.matrix());
+    detail::blocked_attention_forward<T>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), x.sm, scale,
+                                         dropout, 5, tiles, scratch.data(), column(b.LSE),
+                                         b.O.matrix(), level);
+    detail::blocked_attention_backward<T>(x.Q.matrix(), x.K.matrix(), x.V.matrix(), b.O.matrix(),
+                                          column(b.LSE), x.sm, scale, dropout, 5, tiles,
+                                          x.dO.matrix(), scratch.data(), b.dQ.matrix(),
+                                          b.dK.matrix(), b.dV.matrix(), level);
     return b;
 }
 
@@ -177,6 +189,13 @@ TEMPLATE_TEST_CASE("blocked attention equals the materialised kernels, forward a
         {17, 23, 8, 8, 4, 8, 0, 0.3},
         {13, 12, 6, 5, 4, 3, kBool | kBias | kPadding | kCausal | kAppended, 0.4},
         {40, 70, 16, 16, 16, 32, kCausal, 0.1},
+        // The packed panels' edges (16 float or 8 double columns, 6 rows a register tile): head
+        // dims and tiles one past and one short of them, and exact multiples.
+        {29, 37, 17, 9, 7, 17, 0, 0.0},
+        {29, 37, 17, 9, 7, 17, kCausal, 0.0},
+        {31, 45, 15, 17, 13, 15, kCausal | kBottomRight, 0.0},
+        {36, 48, 16, 8, 6, 16, kCausal, 0.0},
+        {24, 33, 33, 7, 12, 32, kCausal | kPadding | kAppended, 0.2},
     }));
     const Index L = std::get<0>(row), S = std::get<1>(row), D = std::get<2>(row),
                 Dv = std::get<3>(row);
@@ -188,21 +207,24 @@ TEMPLATE_TEST_CASE("blocked attention equals the materialised kernels, forward a
     const Slice<T> x(L, S, D, Dv, masks, 11);
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
     const Materialised<T> m = run_materialised(x, scale, dropout);
-    const Blocked<T> b = run_blocked(x, scale, dropout, tiles);
-    HEADWISE_CHECK_CLOSE(b.O, m.O, Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(b.dQ, m.dQ, Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(b.dK, m.dK, Tol<T>::rel);
-    HEADWISE_CHECK_CLOSE(b.dV, m.dV, Tol<T>::rel);
-    // LSE is the log of the softmax denominator, P[i, j] = exp(S[i, j] - LSE[i]), on every row:
-    // +inf exactly where no key is visible, else within T's rounding of the scores.
-    for (Index i = 0; i < L; ++i) {
-        const double expected = reference_lse(x, masks, static_cast<double>(scale), i);
-        CAPTURE(i, b.LSE(i), expected);
-        if (expected == std::numeric_limits<double>::infinity()) {
-            CHECK(b.LSE(i) == std::numeric_limits<T>::infinity());
-        } else {
-            CHECK(std::abs(static_cast<double>(b.LSE(i)) - expected) <=
-                  test::dot_tolerance<T>(D) * std::max(1.0, std::abs(expected)));
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const Blocked<T> b = run_blocked(x, scale, dropout, tiles, level);
+        HEADWISE_CHECK_CLOSE(b.O, m.O, Tol<T>::rel);
+        HEADWISE_CHECK_CLOSE(b.dQ, m.dQ, Tol<T>::rel);
+        HEADWISE_CHECK_CLOSE(b.dK, m.dK, Tol<T>::rel);
+        HEADWISE_CHECK_CLOSE(b.dV, m.dV, Tol<T>::rel);
+        // LSE is the log of the softmax denominator, P[i, j] = exp(S[i, j] - LSE[i]), on every
+        // row: +inf exactly where no key is visible, else within T's rounding of the scores.
+        for (Index i = 0; i < L; ++i) {
+            const double expected = reference_lse(x, masks, static_cast<double>(scale), i);
+            CAPTURE(i, b.LSE(i), expected);
+            if (expected == std::numeric_limits<double>::infinity()) {
+                CHECK(b.LSE(i) == std::numeric_limits<T>::infinity());
+            } else {
+                CHECK(std::abs(static_cast<double>(b.LSE(i)) - expected) <=
+                      test::dot_tolerance<T>(D) * std::max(1.0, std::abs(expected)));
+            }
         }
     }
 }
@@ -218,16 +240,19 @@ TEMPLATE_TEST_CASE("blocked attention drops exactly the entries the materialised
     const ops::Dropout dropout{0.5, 2024};
     const T scale = T(0.5);
     const Materialised<T> m = run_materialised(x, scale, dropout);
-    const Blocked<T> b = run_blocked(x, scale, dropout, ops::AttentionTiles{4, 2});
-    Index dropped = 0;
-    for (Index i = 0; i < L; ++i)
-        for (Index j = 0; j <= i && j < S; ++j) {
-            CAPTURE(i, j);
-            CHECK((m.A(i, j) == T(0)) == (b.O(i, j) == T(0)));
-            dropped += m.A(i, j) == T(0);
-        }
-    CHECK(dropped > 10);  // about half of the 65 visible entries
-    HEADWISE_CHECK_CLOSE(b.O, m.A, Tol<T>::rel);
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const Blocked<T> b = run_blocked(x, scale, dropout, ops::AttentionTiles{4, 2}, level);
+        Index dropped = 0;
+        for (Index i = 0; i < L; ++i)
+            for (Index j = 0; j <= i && j < S; ++j) {
+                CAPTURE(i, j);
+                CHECK((m.A(i, j) == T(0)) == (b.O(i, j) == T(0)));
+                dropped += m.A(i, j) == T(0);
+            }
+        CHECK(dropped > 10);  // about half of the 65 visible entries
+        HEADWISE_CHECK_CLOSE(b.O, m.A, Tol<T>::rel);
+    }
 }
 
 TEMPLATE_TEST_CASE("blocked weights recomputed from the log-sum-exp equal the materialised ones",
@@ -263,16 +288,20 @@ TEMPLATE_TEST_CASE("a row that sees no key gets zero output and zero gradients, 
     const Index L = 6, S = 5;
     Slice<T> x(L, S, 3, 3, kBool, 8);
     for (Index j = 0; j < S; ++j) x.mask(1, j) = true;  // rows 1 and L / 2 = 3 see nothing
-    const Blocked<T> b = run_blocked(x, T(0.7), ops::Dropout{0.2, 1}, ops::AttentionTiles{2, 2});
-    for (Index i : {Index{1}, Index{3}}) {
-        CHECK(b.LSE(i) == std::numeric_limits<T>::infinity());
-        for (Index e = 0; e < 3; ++e) {
-            CHECK(b.O(i, e) == T(0));
-            CHECK(b.dQ(i, e) == T(0));
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const Blocked<T> b =
+            run_blocked(x, T(0.7), ops::Dropout{0.2, 1}, ops::AttentionTiles{2, 2}, level);
+        for (Index i : {Index{1}, Index{3}}) {
+            CHECK(b.LSE(i) == std::numeric_limits<T>::infinity());
+            for (Index e = 0; e < 3; ++e) {
+                CHECK(b.O(i, e) == T(0));
+                CHECK(b.dQ(i, e) == T(0));
+            }
         }
+        for (const Tensor<T>* t : {&b.O, &b.dQ, &b.dK, &b.dV})
+            for (T v : *t) CHECK(std::isfinite(v));
     }
-    for (const Tensor<T>* t : {&b.O, &b.dQ, &b.dK, &b.dV})
-        for (T v : *t) CHECK(std::isfinite(v));
 }
 
 TEMPLATE_TEST_CASE("a NaN or +inf score makes its row's output NaN and leaves the other rows alone",
@@ -285,13 +314,17 @@ TEMPLATE_TEST_CASE("a NaN or +inf score makes its row's output NaN and leaves th
             if (std::isinf(x.bias(i, j))) x.bias(i, j) = T(0);
     x.bias(2, 5) = std::numeric_limits<T>::quiet_NaN();
     x.bias(4, 0) = std::numeric_limits<T>::infinity();  // exp(s - max) = exp(inf - inf)
-    const Blocked<T> b = run_blocked(x, T(0.7), ops::Dropout{}, ops::AttentionTiles{2, 3});
-    for (Index i = 0; i < L; ++i)
-        for (Index e = 0; e < 3; ++e) {
-            CAPTURE(i, e);
-            CHECK(std::isnan(b.O(i, e)) == (i == 2 || i == 4));
-            if (i != 2 && i != 4) CHECK(std::isfinite(b.dQ(i, e)));
-        }
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const Blocked<T> b =
+            run_blocked(x, T(0.7), ops::Dropout{}, ops::AttentionTiles{2, 3}, level);
+        for (Index i = 0; i < L; ++i)
+            for (Index e = 0; e < 3; ++e) {
+                CAPTURE(i, e);
+                CHECK(std::isnan(b.O(i, e)) == (i == 2 || i == 4));
+                if (i != 2 && i != 4) CHECK(std::isfinite(b.dQ(i, e)));
+            }
+    }
 }
 
 TEMPLATE_TEST_CASE("NaN reaches the same outputs and gradients as in the materialised kernel",
@@ -313,20 +346,23 @@ TEMPLATE_TEST_CASE("NaN reaches the same outputs and gradients as in the materia
     if (where == 3) x.dO(0, 2) = nan;
     const ops::AttentionTiles tiles{4, 4};
     const Materialised<T> m = run_materialised(x, T(0.5), ops::Dropout{});
-    const Blocked<T> b = run_blocked(x, T(0.5), ops::Dropout{}, tiles);
     const auto same_nan = [](const Tensor<T>& a, const Tensor<T>& e) {
         for (Index i = 0; i < a.numel(); ++i)
             if (std::isnan(a.data()[i]) != std::isnan(e.data()[i])) return false;
         return true;
     };
-    CHECK(same_nan(b.O, m.O));
-    CHECK(same_nan(b.dQ, m.dQ));
-    CHECK(same_nan(b.dK, m.dK));
-    CHECK(same_nan(b.dV, m.dV));
-    bool any = false;
-    for (const Tensor<T>* t : {&b.O, &b.dQ, &b.dK, &b.dV})
-        for (T v : *t) any = any || std::isnan(v);
-    CHECK(any);  // the NaN got somewhere
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const Blocked<T> b = run_blocked(x, T(0.5), ops::Dropout{}, tiles, level);
+        CHECK(same_nan(b.O, m.O));
+        CHECK(same_nan(b.dQ, m.dQ));
+        CHECK(same_nan(b.dK, m.dK));
+        CHECK(same_nan(b.dV, m.dV));
+        bool any = false;
+        for (const Tensor<T>* t : {&b.O, &b.dQ, &b.dK, &b.dV})
+            for (T v : *t) any = any || std::isnan(v);
+        CHECK(any);  // the NaN got somewhere
+    }
 }
 
 TEST_CASE("tiles that a mask hides completely are found, appended keys never", "[ops][blocked]") {
@@ -373,27 +409,30 @@ TEST_CASE("blocked backward matches finite differences, masks and dropout includ
     const ops::AttentionTiles tiles{2, 3};
     const auto x = std::make_shared<Slice<double>>(L, S, D, D, masks, 21);
     const double scale = 0.8;
-    const auto f = [=](const std::vector<Tensor<double>>& in) {
-        Slice<double> y = *x;
-        y.Q = in[0];
-        y.K = in[1];
-        y.V = in[2];
-        return run_blocked(y, scale, dropout, tiles).O;
-    };
-    const auto back = [=](const std::vector<Tensor<double>>& in, const Tensor<double>& dO) {
-        Slice<double> y = *x;
-        y.Q = in[0];
-        y.K = in[1];
-        y.V = in[2];
-        y.dO = dO;
-        const Blocked<double> b = run_blocked(y, scale, dropout, tiles);
-        return std::vector<Tensor<double>>{b.dQ, b.dK, b.dV};
-    };
-    std::mt19937_64 rng(5);
-    const GradcheckResult r = gradcheck(f, back, {x->Q, x->K, x->V}, rng);
-    INFO(r.where);
-    CHECK(r.checked == (L + 2 * S) * D);
-    CHECK(r.max_rel_error <= 1e-6);
+    for (const SimdLevel level : levels_here()) {
+        INFO("level " << detail::to_string(level));
+        const auto f = [=](const std::vector<Tensor<double>>& in) {
+            Slice<double> y = *x;
+            y.Q = in[0];
+            y.K = in[1];
+            y.V = in[2];
+            return run_blocked(y, scale, dropout, tiles, level).O;
+        };
+        const auto back = [=](const std::vector<Tensor<double>>& in, const Tensor<double>& dO) {
+            Slice<double> y = *x;
+            y.Q = in[0];
+            y.K = in[1];
+            y.V = in[2];
+            y.dO = dO;
+            const Blocked<double> b = run_blocked(y, scale, dropout, tiles, level);
+            return std::vector<Tensor<double>>{b.dQ, b.dK, b.dV};
+        };
+        std::mt19937_64 rng(5);
+        const GradcheckResult r = gradcheck(f, back, {x->Q, x->K, x->V}, rng);
+        INFO(r.where);
+        CHECK(r.checked == (L + 2 * S) * D);
+        CHECK(r.max_rel_error <= 1e-6);
+    }
 }
 
 TEST_CASE("blocked gradients accumulate into dQ, dK, dV", "[ops][blocked]") {

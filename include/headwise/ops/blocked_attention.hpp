@@ -46,7 +46,9 @@
 // D = 64, float): one slice's forward 84.5 -> 64.5 ms, causal 44.8 -> 35.0, backward 174 -> 163,
 // causal 97 -> 87; the layer (1, 4096, 512, 8) 1.25x faster unmasked, 1.06-1.09x causal. Where the
 // CPU has no AVX2 + FMA the products go to ops::gemm as before (the portable register tile exists
-// for the tests and for CPUs without a BLAS).
+// for the tests and for CPUs without a BLAS). The choice is made per call from the instruction set
+// the kernels' detail:: forms take as an argument (the public kernels pass cpu_simd_level()), so
+// the tests run both paths on a CPU with AVX2.
 
 namespace headwise::ops {
 
@@ -290,13 +292,17 @@ inline ops::AttentionTiles call_tiles(const ops::AttentionTiles& tiles, Index L,
 
 }  // namespace headwise::detail
 
-namespace headwise::ops {
+// The kernels' bodies, with the instruction set as an argument: `level` is one this CPU runs
+// (cpu_simd_level() or below). Below AVX2 (SimdLevel::none) every tile product goes to ops::gemm
+// instead of the packed panels; the public kernels pass cpu_simd_level(), the tests each level.
+namespace headwise::detail {
 
+/// ops::blocked_attention_forward on `level`.
 template <class T>
 void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
-                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
-                               std::uint64_t dropout_stream, const AttentionTiles& tiles,
-                               T* scratch, VectorRef<T> LSE, MatrixRef<T> O) {
+                               const ops::ScoreMask<T>& mask, T scale, const ops::Dropout& dropout,
+                               std::uint64_t dropout_stream, const ops::AttentionTiles& tiles,
+                               T* scratch, ops::VectorRef<T> LSE, MatrixRef<T> O, SimdLevel level) {
     HEADWISE_STATIC_ASSERT_REAL(T);
     constexpr const char* fn = "headwise::ops::blocked_attention_forward";
     headwise::detail::check_matrix(fn, "K", K, K.rows(), Q.cols());
@@ -313,13 +319,13 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
     const bool finite =
         detail::all_finite(Q) && detail::all_finite(K) && detail::all_finite(V);  // may skip tiles
     // K^T [D, S] and V [S, Dv] packed once, for every query block (see "Packing" above).
-    const bool packed = detail::packed_panels_vectorised();
+    const bool packed = detail::packed_panels_vectorised(level);
     detail::PackedPanels<T> Kt, Vp;
     if (packed) {
         T* const packs = scratch + Br * Bc + 2 * Br;
         Kt = detail::pack_panels(K.data(), 1, K.outerStride(), Q.cols(), S, packs);
         Vp = detail::pack_panels(V.data(), V.outerStride(), 1, S, V.cols(),
-                                 packs + blocked_attention_packed(Q.cols(), S));
+                                 packs + ops::blocked_attention_packed(Q.cols(), S));
     }
 
     // Algorithm 1, line 3: for each block Q_i of Br query rows ...
@@ -344,9 +350,9 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
                 detail::packed_gemm<T>(r, c, Q.cols(), scale, Q.data() + i0 * Q.outerStride(),
                                        Q.outerStride(), 1, Kt, j0, false, Sij.data(), c);
             else
-                gemm<T>(scale, Q.middleRows(i0, r), Op::none, K.middleRows(j0, c), Op::transpose,
-                        T(0), Sij);
-            apply_score_mask(mask, MatrixRef<T>(Sij), i0, j0);
+                ops::gemm<T>(scale, Q.middleRows(i0, r), ops::Op::none, K.middleRows(j0, c),
+                             ops::Op::transpose, T(0), Sij);
+            ops::apply_score_mask(mask, MatrixRef<T>(Sij), i0, j0);
             // line 9: m_new = max(m_old, rowmax(S_ij)),  P~_ij = exp(S_ij - m_new),
             //         l_new = exp(m_old - m_new) l_old + rowsum(P~_ij).
             // line 10: O~_i = diag(exp(m_old - m_new)) O~_i + P~_ij V_j (the product below).
@@ -368,12 +374,13 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             }
             // Dropout on the unnormalised probabilities: dropout(P~) / l = dropout(P~ / l), the
             // same mask as the materialised path (entry (i0 + k, j0 + j) of the stream).
-            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Sij, Sij);
+            if (dropout.active()) ops::dropout_apply(dropout, dropout_stream, i0, j0, Sij, Sij);
             if (packed)
                 detail::packed_gemm<T>(r, V.cols(), c, T(1), Sij.data(), c, 1, Vp.from_row(j0), 0,
                                        true, Oi.data(), O.outerStride());
             else
-                gemm<T>(T(1), Sij, Op::none, V.middleRows(j0, c), Op::none, T(1), Oi);
+                ops::gemm<T>(T(1), Sij, ops::Op::none, V.middleRows(j0, c), ops::Op::none, T(1),
+                             Oi);
         }
         // line 12: O_i = diag(l_i)^-1 O~_i;  line 13: L_i = m_i + log(l_i).
         // A row with no visible key (m = -inf) keeps O~ = sum 0 V_j: 0, or NaN where a value
@@ -388,6 +395,153 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             LSE[i0 + k] = m[k] + std::log(l[k]);
         }
     }
+}
+
+/// ops::blocked_attention_backward on `level`.
+template <class T>
+void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                                ConstMatrixRef<T> O, ops::ConstVectorRef<T> LSE,
+                                const ops::ScoreMask<T>& mask, T scale, const ops::Dropout& dropout,
+                                std::uint64_t dropout_stream, const ops::AttentionTiles& tiles,
+                                ConstMatrixRef<T> dO, T* scratch, MatrixRef<T> dQ, MatrixRef<T> dK,
+                                MatrixRef<T> dV, SimdLevel level) {
+    HEADWISE_STATIC_ASSERT_REAL(T);
+    constexpr const char* fn = "headwise::ops::blocked_attention_backward";
+    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
+    headwise::detail::check_matrix(fn, "K", K, S, D);
+    headwise::detail::check_matrix(fn, "V", V, S, Dv);
+    headwise::detail::check_matrix(fn, "O", O, L, Dv);
+    headwise::detail::check_matrix(fn, "LSE", LSE, L, 1);
+    headwise::detail::check_matrix(fn, "dO", dO, L, Dv);
+    headwise::detail::check_matrix(fn, "dQ", dQ, L, D);
+    headwise::detail::check_matrix(fn, "dK", dK, S, D);
+    headwise::detail::check_matrix(fn, "dV", dV, S, Dv);
+    headwise::detail::check_score_mask(fn, mask, S);
+    headwise::detail::check_tiles(fn, tiles);
+    const Index Br = tiles.rows, Bc = tiles.cols;
+    T* const tile_p = scratch;               // [Br, Bc] P_ij
+    T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
+    T* const delta = scratch + 2 * Br * Bc;  // [L]
+    // NaN reaches every gradient the materialised backward would reach, skipped tiles included.
+    const bool finite = detail::all_finite(Q) && detail::all_finite(K) && detail::all_finite(V) &&
+                        detail::all_finite(dO) && !LSE.hasNaN();
+    // Q [L, D] and dO [L, Dv] packed once per call; each key block's K^T [D, c], K [c, D] and
+    // V^T [Dv, c] once per block, for every query block that meets it (see "Packing" above).
+    const bool packed = detail::packed_panels_vectorised(level);
+    T* const packs = scratch + 2 * Br * Bc + L;
+    const Index cmax = std::min(Bc, std::max<Index>(S, 1));
+    T* const kt_pack =
+        packs + ops::blocked_attention_packed(L, D) + ops::blocked_attention_packed(L, Dv);
+    T* const k_pack = kt_pack + ops::blocked_attention_packed(D, cmax);
+    T* const vt_pack = k_pack + ops::blocked_attention_packed(cmax, D);
+    detail::PackedPanels<T> Qp, dOp, Ktj, Kjp, Vtj;
+    if (packed) {
+        Qp = detail::pack_panels(Q.data(), Q.outerStride(), 1, L, D, packs);
+        dOp = detail::pack_panels(dO.data(), dO.outerStride(), 1, L, Dv,
+                                  packs + ops::blocked_attention_packed(L, D));
+    }
+
+    // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
+    // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
+    // P_ij, dropout included).
+    MatrixMap<T>(delta, L, 1) = (dO.array() * O.array()).rowwise().sum().matrix();
+
+    // line 5: for each block K_j, V_j of Bc keys (dK_j, dV_j accumulate across the inner loop) ...
+    for (Index j0 = 0; j0 < S; j0 += Bc) {
+        const Index cj = std::min(Bc, S - j0);
+        bool block_packed = false;  // K_j, V_j packed at the first query block that needs them
+        // line 7: ... and each block Q_i of Br query rows, with the keys of the block that some
+        // row of Q_i sees (as in forward).
+        for (Index i0 = 0; i0 < L; i0 += Br) {
+            const Index r = L - i0 < Br ? L - i0 : Br;
+            const Index c = detail::tile_columns(mask, S, i0, r, j0, cj, finite);
+            if (c == 0) continue;
+            auto Kj = K.middleRows(j0, c);    // [c, D]
+            auto Vj = V.middleRows(j0, c);    // [c, Dv]
+            auto dKj = dK.middleRows(j0, c);  // [c, D]
+            auto dVj = dV.middleRows(j0, c);  // [c, Dv]
+            auto Qi = Q.middleRows(i0, r);    // [r, D]
+            auto dOi = dO.middleRows(i0, r);  // [r, Dv]
+            MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
+            MatrixMap<T> Dij(tile_d, r, c);   // [r, c]
+            if (packed && !block_packed) {
+                const T* k = K.data() + j0 * K.outerStride();
+                const T* v = V.data() + j0 * V.outerStride();
+                Ktj = detail::pack_panels(k, 1, K.outerStride(), D, cj, kt_pack);
+                Kjp = detail::pack_panels(k, K.outerStride(), 1, cj, D, k_pack);
+                Vtj = detail::pack_panels(v, 1, V.outerStride(), Dv, cj, vt_pack);
+                block_packed = true;
+            }
+            // line 9: S_ij = scale Q_i K_j^T (+ bias, masks), as in forward.
+            if (packed)
+                detail::packed_gemm<T>(r, c, D, scale, Qi.data(), Q.outerStride(), 1, Ktj, 0, false,
+                                       Pij.data(), c);
+            else
+                ops::gemm<T>(scale, Qi, ops::Op::none, Kj, ops::Op::transpose, T(0), Pij);
+            ops::apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
+            // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
+            // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
+            detail::exp_rows_from_lse(Pij, LSE.data() + i0);
+            // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
+            if (dropout.active()) ops::dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);
+            const MatrixMap<T>& Aij = dropout.active() ? Dij : Pij;
+            if (packed)  // A_ij^T read in place: entry (jj, k) at A_ij[k, jj]
+                detail::packed_gemm<T>(c, Dv, r, T(1), Aij.data(), 1, c, dOp.from_row(i0), 0, true,
+                                       dVj.data(), dV.outerStride());
+            else
+                ops::gemm<T>(T(1), Aij, ops::Op::transpose, dOi, ops::Op::none, T(1), dVj);
+            // line 12: dA_ij = dO_i V_j^T, then dP_ij = dropout(dA_ij) with the same mask.
+            if (packed)
+                detail::packed_gemm<T>(r, c, Dv, T(1), dOi.data(), dO.outerStride(), 1, Vtj, 0,
+                                       false, Dij.data(), c);
+            else
+                ops::gemm<T>(T(1), dOi, ops::Op::none, Vj, ops::Op::transpose, T(0), Dij);
+            if (dropout.active()) ops::dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
+            // line 13: dS_ij = P_ij ⊙ (dP_ij - Delta_i). Hidden entries have P = 0: no gradient.
+            // A row whose whole probability went to one key j (P_ij = 1, every other entry below
+            // the rounding of 1) and whose output is that key's value alone (O_i = A_ij V_j)
+            // has Delta_i = dO_i . O_i = A_ij (dO_i . V_j) = dP_ij: the same dot product as
+            // dP_ij, summed in another order. At large |V| the two roundings differ by far more
+            // than the true dS_ij (0), and dQ, dK multiply that by |K| and |Q|; so there
+            // dP_ij - Delta_i is taken as dP_ij - dP_ij: exactly 0 (NaN for a NaN dP_ij), as the
+            // materialised kernel's Σ_k P_ik dP_ik, which is dP_ij itself, gives it.
+            for (Index k = 0; k < r; ++k) {
+                T* dS = Dij.data() + k * c;  // dP_ij's row k, then dS_ij's
+                const Index j = detail::whole_probability_key(Pij.data() + k * c, c);
+                const bool one_key =
+                    j >= 0 && detail::row_is_scaled(O.row(i0 + k), Vj.row(j),
+                                                    detail::dropout_factor<T>(
+                                                        dropout, dropout_stream, i0 + k, j0 + j));
+                const T dP_one = one_key ? dS[j] : T(0);
+                Dij.row(k) = (Pij.row(k).array() * (Dij.row(k).array() - delta[i0 + k])).matrix();
+                if (one_key) dS[j] = dP_one - dP_one;
+            }
+            // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
+            if (packed) {
+                detail::packed_gemm<T>(r, D, c, scale, Dij.data(), c, 1, Kjp, 0, true,
+                                       dQ.data() + i0 * dQ.outerStride(), dQ.outerStride());
+                detail::packed_gemm<T>(c, D, r, scale, Dij.data(), 1, c, Qp.from_row(i0), 0, true,
+                                       dKj.data(), dK.outerStride());
+            } else {
+                ops::gemm<T>(scale, Dij, ops::Op::none, Kj, ops::Op::none, T(1),
+                             dQ.middleRows(i0, r));
+                ops::gemm<T>(scale, Dij, ops::Op::transpose, Qi, ops::Op::none, T(1), dKj);
+            }
+        }
+    }
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
+template <class T>
+void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMatrixRef<T> V,
+                               const ScoreMask<T>& mask, T scale, const Dropout& dropout,
+                               std::uint64_t dropout_stream, const AttentionTiles& tiles,
+                               T* scratch, VectorRef<T> LSE, MatrixRef<T> O) {
+    detail::blocked_attention_forward<T>(Q, K, V, mask, scale, dropout, dropout_stream, tiles,
+                                         scratch, LSE, O, detail::cpu_simd_level());
 }
 
 template <class T>
@@ -429,128 +583,7 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
                                 std::uint64_t dropout_stream, const AttentionTiles& tiles,
                                 ConstMatrixRef<T> dO, T* scratch, MatrixRef<T> dQ, MatrixRef<T> dK,
                                 MatrixRef<T> dV) {
-    HEADWISE_STATIC_ASSERT_REAL(T);
-    constexpr const char* fn = "headwise::ops::blocked_attention_backward";
-    const Index L = Q.rows(), D = Q.cols(), S = K.rows(), Dv = V.cols();
-    headwise::detail::check_matrix(fn, "K", K, S, D);
-    headwise::detail::check_matrix(fn, "V", V, S, Dv);
-    headwise::detail::check_matrix(fn, "O", O, L, Dv);
-    headwise::detail::check_matrix(fn, "LSE", LSE, L, 1);
-    headwise::detail::check_matrix(fn, "dO", dO, L, Dv);
-    headwise::detail::check_matrix(fn, "dQ", dQ, L, D);
-    headwise::detail::check_matrix(fn, "dK", dK, S, D);
-    headwise::detail::check_matrix(fn, "dV", dV, S, Dv);
-    headwise::detail::check_score_mask(fn, mask, S);
-    headwise::detail::check_tiles(fn, tiles);
-    const Index Br = tiles.rows, Bc = tiles.cols;
-    T* const tile_p = scratch;               // [Br, Bc] P_ij
-    T* const tile_d = scratch + Br * Bc;     // [Br, Bc] A_ij, then dP_ij, then dS_ij
-    T* const delta = scratch + 2 * Br * Bc;  // [L]
-    // NaN reaches every gradient the materialised backward would reach, skipped tiles included.
-    const bool finite = detail::all_finite(Q) && detail::all_finite(K) && detail::all_finite(V) &&
-                        detail::all_finite(dO) && !LSE.hasNaN();
-    // Q [L, D] and dO [L, Dv] packed once per call; each key block's K^T [D, c], K [c, D] and
-    // V^T [Dv, c] once per block, for every query block that meets it (see "Packing" above).
-    const bool packed = detail::packed_panels_vectorised();
-    T* const packs = scratch + 2 * Br * Bc + L;
-    const Index cmax = std::min(Bc, std::max<Index>(S, 1));
-    T* const kt_pack = packs + blocked_attention_packed(L, D) + blocked_attention_packed(L, Dv);
-    T* const k_pack = kt_pack + blocked_attention_packed(D, cmax);
-    T* const vt_pack = k_pack + blocked_attention_packed(cmax, D);
-    detail::PackedPanels<T> Qp, dOp, Ktj, Kjp, Vtj;
-    if (packed) {
-        Qp = detail::pack_panels(Q.data(), Q.outerStride(), 1, L, D, packs);
-        dOp = detail::pack_panels(dO.data(), dO.outerStride(), 1, L, Dv,
-                                  packs + blocked_attention_packed(L, D));
-    }
-
-    // Algorithm 2, line 4: Delta = rowsum(dO ⊙ O) = rowsum(dP ⊙ P), the softmax backward's dot
-    // product, for every row at once (O = A V gives dO_i . O_i = sum_j dA_ij A_ij = sum_j dP_ij
-    // P_ij, dropout included).
-    MatrixMap<T>(delta, L, 1) = (dO.array() * O.array()).rowwise().sum().matrix();
-
-    // line 5: for each block K_j, V_j of Bc keys (dK_j, dV_j accumulate across the inner loop) ...
-    for (Index j0 = 0; j0 < S; j0 += Bc) {
-        const Index cj = std::min(Bc, S - j0);
-        bool block_packed = false;  // K_j, V_j packed at the first query block that needs them
-        // line 7: ... and each block Q_i of Br query rows, with the keys of the block that some
-        // row of Q_i sees (as in forward).
-        for (Index i0 = 0; i0 < L; i0 += Br) {
-            const Index r = L - i0 < Br ? L - i0 : Br;
-            const Index c = detail::tile_columns(mask, S, i0, r, j0, cj, finite);
-            if (c == 0) continue;
-            auto Kj = K.middleRows(j0, c);    // [c, D]
-            auto Vj = V.middleRows(j0, c);    // [c, Dv]
-            auto dKj = dK.middleRows(j0, c);  // [c, D]
-            auto dVj = dV.middleRows(j0, c);  // [c, Dv]
-            auto Qi = Q.middleRows(i0, r);    // [r, D]
-            auto dOi = dO.middleRows(i0, r);  // [r, Dv]
-            MatrixMap<T> Pij(tile_p, r, c);   // [r, c]
-            MatrixMap<T> Dij(tile_d, r, c);   // [r, c]
-            if (packed && !block_packed) {
-                const T* k = K.data() + j0 * K.outerStride();
-                const T* v = V.data() + j0 * V.outerStride();
-                Ktj = detail::pack_panels(k, 1, K.outerStride(), D, cj, kt_pack);
-                Kjp = detail::pack_panels(k, K.outerStride(), 1, cj, D, k_pack);
-                Vtj = detail::pack_panels(v, 1, V.outerStride(), Dv, cj, vt_pack);
-                block_packed = true;
-            }
-            // line 9: S_ij = scale Q_i K_j^T (+ bias, masks), as in forward.
-            if (packed)
-                detail::packed_gemm<T>(r, c, D, scale, Qi.data(), Q.outerStride(), 1, Ktj, 0, false,
-                                       Pij.data(), c);
-            else
-                gemm<T>(scale, Qi, Op::none, Kj, Op::transpose, T(0), Pij);
-            apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
-            // line 10: P_ij = exp(S_ij - L_i), the forward's probabilities recomputed (0 for a
-            // row that sees nothing: LSE = +inf; NaN for a row forward made NaN).
-            detail::exp_rows_from_lse(Pij, LSE.data() + i0);
-            // line 11: dV_j += A_ij^T dO_i, with A = dropout(P) (A = P without dropout).
-            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Pij, Dij);
-            const MatrixMap<T>& Aij = dropout.active() ? Dij : Pij;
-            if (packed)  // A_ij^T read in place: entry (jj, k) at A_ij[k, jj]
-                detail::packed_gemm<T>(c, Dv, r, T(1), Aij.data(), 1, c, dOp.from_row(i0), 0, true,
-                                       dVj.data(), dV.outerStride());
-            else
-                gemm<T>(T(1), Aij, Op::transpose, dOi, Op::none, T(1), dVj);
-            // line 12: dA_ij = dO_i V_j^T, then dP_ij = dropout(dA_ij) with the same mask.
-            if (packed)
-                detail::packed_gemm<T>(r, c, Dv, T(1), dOi.data(), dO.outerStride(), 1, Vtj, 0,
-                                       false, Dij.data(), c);
-            else
-                gemm<T>(T(1), dOi, Op::none, Vj, Op::transpose, T(0), Dij);
-            if (dropout.active()) dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
-            // line 13: dS_ij = P_ij ⊙ (dP_ij - Delta_i). Hidden entries have P = 0: no gradient.
-            // A row whose whole probability went to one key j (P_ij = 1, every other entry below
-            // the rounding of 1) and whose output is that key's value alone (O_i = A_ij V_j)
-            // has Delta_i = dO_i . O_i = A_ij (dO_i . V_j) = dP_ij: the same dot product as
-            // dP_ij, summed in another order. At large |V| the two roundings differ by far more
-            // than the true dS_ij (0), and dQ, dK multiply that by |K| and |Q|; so there
-            // dP_ij - Delta_i is taken as dP_ij - dP_ij: exactly 0 (NaN for a NaN dP_ij), as the
-            // materialised kernel's Σ_k P_ik dP_ik, which is dP_ij itself, gives it.
-            for (Index k = 0; k < r; ++k) {
-                T* dS = Dij.data() + k * c;  // dP_ij's row k, then dS_ij's
-                const Index j = detail::whole_probability_key(Pij.data() + k * c, c);
-                const bool one_key =
-                    j >= 0 && detail::row_is_scaled(O.row(i0 + k), Vj.row(j),
-                                                    detail::dropout_factor<T>(
-                                                        dropout, dropout_stream, i0 + k, j0 + j));
-                const T dP_one = one_key ? dS[j] : T(0);
-                Dij.row(k) = (Pij.row(k).array() * (Dij.row(k).array() - delta[i0 + k])).matrix();
-                if (one_key) dS[j] = dP_one - dP_one;
-            }
-            // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
-            if (packed) {
-                detail::packed_gemm<T>(r, D, c, scale, Dij.data(), c, 1, Kjp, 0, true,
-                                       dQ.data() + i0 * dQ.outerStride(), dQ.outerStride());
-                detail::packed_gemm<T>(c, D, r, scale, Dij.data(), 1, c, Qp.from_row(i0), 0, true,
-                                       dKj.data(), dK.outerStride());
-            } else {
-                gemm<T>(scale, Dij, Op::none, Kj, Op::none, T(1), dQ.middleRows(i0, r));
-                gemm<T>(scale, Dij, Op::transpose, Qi, Op::none, T(1), dKj);
-            }
-        }
-    }
+    detail::blocked_attention_backward<T>(Q, K, V, O, LSE, mask, scale, dropout, dropout_stream,
+                                          tiles, dO, scratch, dQ, dK, dV, detail::cpu_simd_level());
 }
-
 }  // namespace headwise::ops

@@ -31,8 +31,8 @@
 //
 // oneDNN f32 matmul sums in an order of its own (its kernel, its blocking of k), so its results
 // differ from ops::gemm's (Eigen's or the CBLAS's) by rounding: at most a few units of float
-// rounding of sum_k |x_k w_k| per element (tests/ops/test_prepared_gemm.cpp bounds it). It has no
-// f64 matmul: double weights are never prepared.
+// rounding of sum_k |x_k w_k| per element (tests/layers/test_prepared_weights.cpp bounds it). It
+// has no f64 matmul: double weights are never prepared.
 //
 // Threads: oneDNN's CPU engine runs on OpenMP (Debian's libdnnl is built so). A product below
 // kPreparedSplitMinMacs multiply-adds runs on the calling thread alone (starting and joining

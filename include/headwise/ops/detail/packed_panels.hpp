@@ -186,8 +186,11 @@ HEADWISE_TARGET_AVX2 __attribute__((noinline)) inline void panel_tile_avx2(
 }
 #endif
 
-/// Whether the packed products run the AVX2 register tile here (else the portable one).
-inline bool packed_panels_vectorised() noexcept { return cpu_simd_level() != SimdLevel::none; }
+/// Whether the packed products run the AVX2 register tile on `level` (one this CPU runs; by
+/// default what it runs), else the portable one.
+inline bool packed_panels_vectorised(SimdLevel level = cpu_simd_level()) noexcept {
+    return level != SimdLevel::none;
+}
 
 /// C[m, n] = alpha A[m, k] B[k, n0 : n0 + n]  (+ C when `accumulate`; else C is only written),
 /// with A(i, p) = a[i * rsa + p * csa] read in place and B packed (pack_panels, rows from the
