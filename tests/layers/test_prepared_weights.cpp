@@ -224,18 +224,26 @@ TEST_CASE("Double modules: with_prepared_weights is a no-op", "[prepared][double
     CHECK(same_bits(layer.forward(x, {}).output, plain.forward(x, {}).output));
 }
 
+/// An encoder or decoder layer's options: d_model 32, 4 heads, feed-forward 64, dropout 0.1
+/// (inactive in evaluation mode), the given projection.
+template <class Options>
+Options small_layer_options(Projection projection) {
+    Options options;
+    options.d_model = 32;
+    options.nhead = 4;
+    options.dim_feedforward = 64;
+    options.dropout = 0.1;
+    options.projection = projection;
+    return options;
+}
+
 TEST_CASE("Encoder and decoder layers switch every weight matrix in every projection",
           "[prepared][encoder][decoder]") {
     const Projection projection = GENERATE(from_range(kProjections));
     CAPTURE(to_string(projection));
     std::mt19937_64 rng(13);
-    TransformerEncoderLayerOptions eo;
-    eo.d_model = 32;
-    eo.nhead = 4;
-    eo.dim_feedforward = 64;
-    eo.dropout = 0.1;
-    eo.projection = projection;
-    TransformerEncoderLayer<float> encoder(eo, 21);
+    TransformerEncoderLayer<float> encoder(
+        small_layer_options<TransformerEncoderLayerOptions>(projection), 21);
     encoder.eval();
     TransformerEncoderLayer<float> encoder_plain = encoder;
     encoder.with_prepared_weights();
@@ -249,13 +257,8 @@ TEST_CASE("Encoder and decoder layers switch every weight matrix in every projec
     CHECK(scaled_difference(encoder.forward(x, causal).output,
                             encoder_plain.forward(x, causal).output) <= kCompositeTolerance);
 
-    TransformerDecoderLayerOptions dopt;
-    dopt.d_model = 32;
-    dopt.nhead = 4;
-    dopt.dim_feedforward = 64;
-    dopt.dropout = 0.1;
-    dopt.projection = projection;
-    TransformerDecoderLayer<float> decoder(dopt, 22);
+    TransformerDecoderLayer<float> decoder(
+        small_layer_options<TransformerDecoderLayerOptions>(projection), 22);
     decoder.eval();
     TransformerDecoderLayer<float> decoder_plain = decoder;
     decoder.with_prepared_weights();
