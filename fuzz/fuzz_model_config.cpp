@@ -58,8 +58,10 @@ void llama(const std::string& config) {
         // What the reader accepts, the model's own checks accept.
         if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 ||
             c.num_hidden_layers < 1 || c.num_attention_heads < 1 || c.num_key_value_heads < 1 ||
-            c.hidden_size % c.num_attention_heads != 0 ||
-            (c.hidden_size / c.num_attention_heads) % 2 != 0 ||
+            c.head_dim < 0 ||
+            // head_dim given: H head_dim may differ from hidden_size; else hidden_size / H.
+            (c.head_dim == 0 && c.hidden_size % c.num_attention_heads != 0) ||
+            (c.head_dim == 0 ? c.hidden_size / c.num_attention_heads : c.head_dim) % 2 != 0 ||
             c.num_attention_heads % c.num_key_value_heads != 0 || !(c.rope_theta > 1.0) ||
             !(c.rope_scaling_factor >= 1.0) || !(c.rms_norm_eps >= 0.0))
             std::abort();
