@@ -206,3 +206,6 @@ echo
 echo "headwise: summary"
 printf '%s\n' "${summary[@]}"
 echo "headwise: ${total_passed} passed, ${total_failed} failed"
+# A fuzzing finding fails the run as a failing test does (run_workflow stops at the first failing
+# workflow through set -e; the fuzzers are counted here).
+if ((total_failed > 0)); then exit 1; fi
