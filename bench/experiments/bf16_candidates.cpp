@@ -3,8 +3,8 @@
 // oneDNN's bf16 matmul (f32 destination), libxsmm's bsmm kernels (bf16 in, f32 out), and the
 // portable path of ops/gemm_bf16.hpp (widen bf16 to float, then sgemm). Not part of the build
 // (it needs oneDNN, libxsmm and OpenBLAS at once); build and run it by hand:
-//   g++ -O2 -std=c++17 bench/experiments/bf16_candidates.cpp -o /tmp/bf16_candidates -lopenblas -ldnnl
-//       /usr/lib/libxsmm.a -lopenblas -lpthread -ldl   (one command)
+//   g++ -O2 -std=c++17 bench/experiments/bf16_candidates.cpp -o /tmp/bf16_candidates
+//       -lopenblas -ldnnl /usr/lib/libxsmm.a -lopenblas -lpthread -ldl   (one command)
 //   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /tmp/bf16_candidates
 // Prints GFLOP/s per shape; a library that has no bf16 kernel on this CPU prints why.
 #include <cblas.h>
