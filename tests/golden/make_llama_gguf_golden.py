@@ -22,8 +22,21 @@ seed, the RMSNorm weights around 1.
   model.safetensors   weights are those of model.gguf dequantized by gguf.quants.dequantize and
                       un-permuted, float32, under Hugging Face's names. Loading either file must
                       give the same model.
+
+And the rope scalings beyond linear, for tests/models/test_llama_gguf_rope.cpp: the models of
+tests/golden/llama_variants/ (make_llama_variants_golden.py, whose logits are transformers')
+written as llama.cpp's converter (convert_hf_to_gguf.py, conversion/base.py and llama.py) writes
+them, their float16 weights kept F16 (the norms F32), Q and K permuted:
+
+  llama3.gguf         llama_variants/llama3 (rope_type "llama3"): no rope.scaling keys, and the
+                      tensor rope_freqs.weight [head_dim / 2] F32 that LlamaModel's
+                      generate_extra_tensors computes from the rope parameters (rope_factors()).
+  yarn.gguf           llama_variants/yarn (rope_type "yarn"): rope.scaling.type "yarn",
+                      rope.scaling.factor and rope.scaling.original_context_length (the config
+                      has no attention_factor, beta_fast or beta_slow, so neither has the file).
 """
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -33,6 +46,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 OUT = Path(__file__).resolve().parent / "llama_gguf"
+VARIANTS = Path(__file__).resolve().parent / "llama_variants"
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, VOCAB = 32, 2, 4, 2, 64, 64
 HEAD_DIM = HIDDEN // HEADS
@@ -139,7 +153,112 @@ def save_safetensors(path, tensors):
             f.write(b)
 
 
+def load_safetensors(path):
+    """name -> array of a safetensors file of F16 and F32 tensors, in the file's order."""
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    dtypes = {"F16": "<f2", "F32": "<f4"}
+    out = {}
+    for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        begin, end = t["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + begin:8 + n + end],
+                                  dtype=dtypes[t["dtype"]]).reshape(t["shape"]).copy()
+    return out
+
+
+def rope_factors(config, rope):
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for rope_type "llama3": the
+    divisor of each pair's frequency, float32 (the frequencies in float32, as its torch.arange
+    in float32; the rest in Python floats)."""
+    base = rope.get("rope_theta", 10000.0)
+    dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    freqs = (1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) /
+                                         np.float32(dim)))).astype(np.float32)
+    factor = rope.get("factor", 8.0)
+    low_freq_factor = rope.get("low_freq_factor", 1.0)
+    high_freq_factor = rope.get("high_freq_factor", 4.0)
+    old_context_len = rope.get("original_max_position_embeddings", 8192)
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / float(freq)
+        if wavelen < high_freq_wavelen:
+            factors.append(1)
+        elif wavelen > low_freq_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor -
+                                                                       low_freq_factor)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def rope_variant(name):
+    """llama_variants/<name> as llama.cpp's converter writes it, to OUT / <name>.gguf."""
+    config = json.loads((VARIANTS / name / "config.json").read_text())
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer = gguf.GGUFWriter(str(OUT / f"{name}.gguf"), arch="llama")
+    writer.add_name(f"tiny-llama-{name}")
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+    if rope.get("rope_type") == "yarn":  # conversion/base.py's set_gguf_parameters
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        for key, add in (("attention_factor", writer.add_rope_scaling_yarn_attn_factor),
+                         ("beta_fast", writer.add_rope_scaling_yarn_beta_fast),
+                         ("beta_slow", writer.add_rope_scaling_yarn_beta_slow)):
+            if rope.get(key) is not None:
+                add(rope[key])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_bos_token_id(config["bos_token_id"])
+    writer.add_eos_token_id(config["eos_token_id"])
+    if rope.get("rope_type") == "llama3":  # llama.py's generate_extra_tensors, first
+        writer.add_tensor("rope_freqs.weight", rope_factors(config, rope))
+    simple = {"model.embed_tokens.weight": "token_embd.weight",
+              "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    table = {"input_layernorm.weight": ("attn_norm.weight", None),
+             "self_attn.q_proj.weight": ("attn_q.weight", heads),
+             "self_attn.k_proj.weight": ("attn_k.weight", kv_heads),
+             "self_attn.v_proj.weight": ("attn_v.weight", None),
+             "self_attn.o_proj.weight": ("attn_output.weight", None),
+             "post_attention_layernorm.weight": ("ffn_norm.weight", None),
+             "mlp.gate_proj.weight": ("ffn_gate.weight", None),
+             "mlp.up_proj.weight": ("ffn_up.weight", None),
+             "mlp.down_proj.weight": ("ffn_down.weight", None)}
+    for hf, w in load_safetensors(VARIANTS / name / "model.safetensors").items():
+        if hf in simple:
+            gname, permuted = simple[hf], None
+        else:
+            _, _, n, rest = hf.split(".", 3)
+            gname, permuted = table[rest]
+            gname = f"blk.{n}.{gname}"
+        stored = permute(w, permuted) if permuted else w
+        # The converter's float16 output: matrices F16, vectors (the norms) F32.
+        writer.add_tensor(gname, stored.astype(np.float16 if w.ndim == 2 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main():
+    for name in ("llama3", "yarn"):
+        rope_variant(name)
     rng = np.random.default_rng(20261128)
     hf = hf_weights(rng)
     OUT.mkdir(exist_ok=True)

@@ -299,9 +299,9 @@ TEST_CASE("from_gguf refuses metadata it does not support, naming the key and th
          "general.architecture: only \"llama\" and \"qwen2\" are read by LlamaForCausalLM, got "
          "the STRING 'gpt2'"},
         {"rope_scaling",
-         [](GgufParts& p) { p.set("llama.rope.scaling.type", GgufValue::string("yarn")); },
-         "llama.rope.scaling.type: only \"none\" and \"linear\" rope scaling are read from GGUF "
-         "files, got the STRING 'yarn'"},
+         [](GgufParts& p) { p.set("llama.rope.scaling.type", GgufValue::string("longrope")); },
+         "llama.rope.scaling.type: only \"none\", \"linear\" and \"yarn\" rope scaling are read "
+         "from GGUF files, got the STRING 'longrope'"},
         {"missing_key", [](GgufParts& p) { p.erase("llama.embedding_length"); },
          "llama.embedding_length: missing (a Llama GGUF file has it)"},
         {"per_layer_heads",
@@ -340,7 +340,7 @@ TEST_CASE("from_gguf refuses tensors missing, of the wrong shape or not a Llama'
         std::function<void(GgufParts&)> edit;
         std::string message;  // after "<function>: <path>: "
     };
-    static const float kFreqs[4] = {1, 1, 1, 1};
+    static const float kFreqs[4] = {1, 1, 1, 1};  // a tensor of 4 floats
     const std::vector<Case> cases = {
         {"missing", [](GgufParts& p) { p.erase_tensor("blk.1.ffn_up.weight"); },
          "tensor 'blk.1.ffn_up.weight' is missing; a Llama model of this configuration has it, "
@@ -359,14 +359,15 @@ TEST_CASE("from_gguf refuses tensors missing, of the wrong shape or not a Llama'
         {"layers", [](GgufParts& p) { p.set("llama.block_count", GgufValue::uint32(1)); },
          "tensor 'blk.1.attn_norm.weight' is not one of a Llama model's (of llama.block_count = "
          "1 layers); headwise reads token_embd, blk.N.attn_norm, attn_q, attn_k, attn_v, "
-         "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, output_norm and output"},
-        {"rope_freqs",
+         "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, output_norm, output and "
+         "rope_freqs"},
+        {"unknown",
          [](GgufParts& p) {
-             p.tensors.push_back({"rope_freqs.weight", Type::f32, Shape{4}, kFreqs});
+             p.tensors.push_back({"blk.0.attn_q_norm.weight", Type::f32, Shape{4}, kFreqs});
          },
-         "tensor 'rope_freqs.weight' is not one of a Llama model's (of llama.block_count = 2 "
-         "layers); headwise reads token_embd, blk.N.attn_norm, attn_q, attn_k, attn_v, "
-         "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, output_norm and output"},
+         "tensor 'blk.0.attn_q_norm.weight' is not one of a Llama model's (of llama.block_count "
+         "= 2 layers); headwise reads token_embd, blk.N.attn_norm, attn_q, attn_k, attn_v, "
+         "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, output_norm, output and rope_freqs"},
     };
     for (const Case& c : cases) {
         CAPTURE(c.name);

@@ -296,7 +296,8 @@ TEST_CASE("Llama configurations that stay unsupported are refused by key and val
     refused(sliding, "use_sliding_window: sliding-window attention is not supported, got true");
 }
 
-TEST_CASE("GGUF rope scalings other than linear are refused by name", "[llama][variants][gguf]") {
+TEST_CASE("GGUF rope scalings other than none, linear and yarn are refused by name",
+          "[llama][variants][gguf]") {
     ScratchDir dir("llama-variants-gguf-refused");
     const std::string path = as_gguf("head_dim", dir);
     const headwise::io::GgufFile file = headwise::io::load_gguf(path);
@@ -307,14 +308,14 @@ TEST_CASE("GGUF rope scalings other than linear are refused by name", "[llama][v
     const std::string fn = "headwise::models::LlamaConfig::from_gguf: ";
     {
         auto m = meta;
-        m.push_back({"llama.rope.scaling.type", GgufValue::string("yarn")});
-        const std::string p = dir.file("yarn.gguf");
+        m.push_back({"llama.rope.scaling.type", GgufValue::string("longrope")});
+        const std::string p = dir.file("longrope.gguf");
         headwise::io::save_gguf(p, m, tensors);
         CHECK_THROWS_MATCHES(LlamaForCausalLM<float>::from_gguf(p), std::runtime_error,
                              Message(fn + p +
-                                     ": llama.rope.scaling.type: only \"none\" and \"linear\" "
-                                     "rope scaling are read from GGUF files, got the STRING "
-                                     "'yarn'"));
+                                     ": llama.rope.scaling.type: only \"none\", \"linear\" and "
+                                     "\"yarn\" rope scaling are read from GGUF files, got the "
+                                     "STRING 'longrope'"));
     }
     {
         auto m = meta;

@@ -338,4 +338,43 @@ TEST_CASE("rope_tables refuses the bases and factors the module refuses, before 
                              none.matrix());
 }
 
+TEST_CASE("rope frequency_factors divide each pair's frequency, checked before writing",
+          "[ops][rope][errors]") {
+    // llama.cpp's rope_freqs: theta_i / factor_i, after the scaling type's change.
+    headwise::RopeScaling s;
+    s.frequency_factors = {1.0, 2.0, 4.0, 8.0};
+    for (Index i = 0; i < 4; ++i)
+        CHECK(ops::rope_frequency(10000.0, 8, s, 0, i) ==
+              std::pow(10000.0, -2.0 * static_cast<double>(i) / 8.0) /
+                  s.frequency_factors[static_cast<std::size_t>(i)]);
+    Tensor<double> C(Shape{3, 4}), S(Shape{3, 4});
+    ops::rope_tables<double>(Index{0}, 10000.0, 1.0, s, C.matrix(), S.matrix());
+    CHECK(C.matrix()(2, 3) == std::cos(2.0 * std::pow(10000.0, -6.0 / 8.0) / 8.0));
+    CHECK(S.matrix()(2, 1) == std::sin(2.0 * std::pow(10000.0, -2.0 / 8.0) / 2.0));
+
+    const std::string fn = "headwise::ops::rope_tables: ";
+    C.fill(7.0);
+    S.fill(7.0);
+    s.frequency_factors = {1.0, 2.0, 4.0};
+    CHECK_THROWS_MATCHES(
+        ops::rope_tables<double>(Index{0}, 10000.0, 1.0, s, C.matrix(), S.matrix()),
+        std::invalid_argument,
+        Message(fn + "scaling.frequency_factors: must be empty or hold one "
+                     "factor per pair (Cos.cols() = 4), got 3 factors"));
+    for (const auto& [bad, shown] : std::vector<std::pair<double, std::string>>{
+             {0.0, "0"}, {-2.0, "-2"}, {std::numeric_limits<double>::infinity(), "inf"}}) {
+        CAPTURE(bad);
+        s.frequency_factors = {1.0, bad, 4.0, 8.0};
+        CHECK_THROWS_MATCHES(
+            ops::rope_tables<double>(Index{0}, 10000.0, 1.0, s, C.matrix(), S.matrix()),
+            std::invalid_argument,
+            Message(fn + "scaling.frequency_factors[1]: must be finite and positive, got " +
+                    shown));
+    }
+    for (Index i = 0; i < C.numel(); ++i) {  // nothing written
+        CHECK(C.data()[i] == 7.0);
+        CHECK(S.data()[i] == 7.0);
+    }
+}
+
 }  // namespace test_ops_rope

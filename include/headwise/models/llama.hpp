@@ -106,15 +106,20 @@ struct LlamaConfig {
     /// attention.layer_norm_rms_epsilon are required; attention.head_count_kv (default
     /// head_count), rope.freq_base (default 10000), attention.key_length (the head dimension,
     /// default embedding_length / head_count; head_dim when it differs), value_length and
-    /// rope.dimension_count (each, when present, equal to it), rope.scaling.type ("none" or
-    /// "linear", with rope.scaling.factor), vocab_size (else the length of
-    /// tokenizer.ggml.tokens), tokenizer.ggml.bos_token_id and eos_token_id are read.
+    /// rope.dimension_count (each, when present, equal to it), rope.scaling.type ("none",
+    /// "linear" with rope.scaling.factor, or "yarn" with rope.scaling.factor,
+    /// original_context_length, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor and attn_factor
+    /// onto rope_scaling, as config.json's yarn; see detail::llama_gguf_rope_scaling), the tensor
+    /// rope_freqs.weight (llama only: rope_scaling.frequency_factors, which llama.cpp's converter
+    /// writes for rope type llama3), vocab_size (else the length of tokenizer.ggml.tokens),
+    /// tokenizer.ggml.bos_token_id and eos_token_id are read.
     /// tie_word_embeddings is true when the file has no output.weight, attention_bias when it has
     /// blk.0.attn_q.bias (o_proj_bias when it has blk.0.attn_output.bias), mlp_bias when it has
     /// blk.0.ffn_up.bias. Throws std::runtime_error naming this function, the file, the key and
     /// the value for a key missing, of the wrong type or out of range, or asking for what this
-    /// decoder does not do (another architecture, rope scaling other than linear, experts, value
-    /// or rotary dimensions other than the key dimension).
+    /// decoder does not do (another architecture, rope scaling other than linear and yarn, a
+    /// rope_freqs.weight not of D/2 finite positive factors, experts, value or rotary dimensions
+    /// other than the key dimension).
     static LlamaConfig from_gguf(const io::GgufFile& file);
 };
 

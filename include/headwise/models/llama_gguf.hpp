@@ -4,7 +4,7 @@
 #pragma once
 
 #include <algorithm>    // std::copy_n, std::sort
-#include <cmath>        // std::isfinite
+#include <cmath>        // std::isfinite, std::log
 #include <cstdint>      // std::uint8_t, std::uint64_t
 #include <cstring>      // std::memcpy
 #include <map>          // std::map
@@ -159,6 +159,17 @@ public:
         return x;
     }
 
+    /// Any finite number; std::nullopt when absent.
+    std::optional<double> real(const std::string& key) const {
+        const io::GgufValue* v = file_.find(key);
+        if (v == nullptr) return std::nullopt;
+        const bool real =
+            v->type() == io::GgufValueType::float32 || v->type() == io::GgufValueType::float64;
+        if (!real || !std::isfinite(v->as_float()))
+            fail(key, "expected a finite FLOAT32 or FLOAT64, got " + describe_gguf_value(*v));
+        return v->as_float();
+    }
+
     static constexpr const char* kFunction = "headwise::models::LlamaConfig::from_gguf";
 
     /// An integer type whose value as_int() reads.
@@ -182,6 +193,109 @@ public:
 private:
     const io::GgufFile& file_;
 };
+
+/// The RoPE scaling of a Llama GGUF file onto `c` (rope_scaling_factor, rope_scaling), as
+/// LlamaConfig::from_json_file maps Hugging Face's rope_scaling, so that a file made by
+/// llama.cpp's converter gives the checkpoint's frequencies:
+///  - rope.scaling.type "linear" (or, as llama.cpp, no type and rope.scaling.factor, or the
+///    older rope.scale_linear): rope_scaling_factor.
+///  - "yarn": RopeScalingType::yarn with factor = rope.scaling.factor, original_max_position =
+///    rope.scaling.original_context_length (default context_length, as llama.cpp),
+///    beta_fast/beta_slow = rope.scaling.yarn_beta_fast/yarn_beta_slow (default 32 and 1),
+///    truncate (ggml floors and ceils the correction dimensions), attention_factor =
+///    rope.scaling.yarn_attn_factor (where the converter writes Hugging Face's
+///    attention_factor) or else 0.1 ln(factor) + 1, times rope.scaling.attn_factor (default 1).
+///    llama.cpp itself reads neither yarn_beta_* nor yarn_attn_factor for these architectures
+///    (it uses 32, 1 and 0.1 ln(factor) + 1): transformers' meaning is taken, they agree when
+///    the keys hold the defaults. rope.scaling.yarn_ext_factor must be 1 (or negative: unset)
+///    and yarn_log_multiplier 0, the values a converted Hugging Face model has.
+///  - the tensor rope_freqs.weight (llama only, [D/2], F32, F16 or BF16, finite and positive):
+///    rope_scaling.frequency_factors, the divisors llama.cpp's converter writes for "llama3".
+inline void llama_gguf_rope_scaling(const LlamaGgufKeys& keys, const io::GgufFile& file,
+                                    const std::string& a, LlamaConfig& c) {
+    const std::string factor_key = a + "rope.scaling.factor";
+    std::string kind = "none";
+    if (const io::GgufValue* type = keys.find(a + "rope.scaling.type")) {
+        kind = type->type() == io::GgufValueType::string ? type->as_string() : std::string();
+        if (kind != "none" && kind != "linear" && kind != "yarn")
+            keys.fail(a + "rope.scaling.type",
+                      "only \"none\", \"linear\" and \"yarn\" rope scaling are read from GGUF "
+                      "files, got " +
+                          describe_gguf_value(*type));
+    } else if (keys.find(factor_key) != nullptr || keys.find(a + "rope.scale_linear") != nullptr) {
+        kind = "linear";  // llama.cpp's default type
+    }
+    if (kind == "linear") {
+        const bool old = keys.find(factor_key) == nullptr && keys.find(a + "rope.scale_linear");
+        c.rope_scaling_factor =
+            keys.number(old ? a + "rope.scale_linear" : factor_key, true, 1.0, 1.0, true);
+    }
+    // rope.scaling.attn_factor multiplies cos and sin under any type in llama.cpp; a yarn
+    // attention_factor can hold it, the other types have none.
+    const double attn_factor = keys.number(a + "rope.scaling.attn_factor", false, 1.0, 0.0, false);
+    if (kind != "yarn" && attn_factor != 1.0)
+        keys.fail(a + "rope.scaling.attn_factor",
+                  "only 1 is read for rope scaling \"" + kind +
+                      "\" (a factor on cos and sin needs \"yarn\"), got " +
+                      describe_gguf_value(*keys.find(a + "rope.scaling.attn_factor")));
+    if (kind == "yarn") {
+        RopeScaling& s = c.rope_scaling;
+        s.type = RopeScalingType::yarn;
+        if (keys.find(factor_key) == nullptr)
+            keys.fail(factor_key, "missing (rope.scaling.type \"yarn\" needs it)");
+        s.factor = keys.number(factor_key, true, 1.0, 1.0, true);
+        s.original_max_position = keys.count(a + "rope.scaling.original_context_length", false,
+                                             c.max_position_embeddings);
+        s.beta_fast = keys.number(a + "rope.scaling.yarn_beta_fast", false, 32.0, 0.0, false);
+        s.beta_slow = keys.number(a + "rope.scaling.yarn_beta_slow", false, 1.0, 0.0, false);
+        s.truncate = true;
+        // Hugging Face's get_mscale(factor) when no attention_factor is given.
+        const double mscale = s.factor <= 1.0 ? 1.0 : 0.1 * std::log(s.factor) + 1.0;
+        s.attention_factor =
+            keys.number(a + "rope.scaling.yarn_attn_factor", false, mscale, 0.0, false) *
+            attn_factor;
+        const std::string ext = a + "rope.scaling.yarn_ext_factor";
+        if (const std::optional<double> x = keys.real(ext); x && *x >= 0.0 && *x != 1.0)
+            keys.fail(ext,
+                      "only 1 (the full YaRN ramp, as transformers computes it; negative: unset) "
+                      "is read, got " +
+                          describe_gguf_value(*keys.find(ext)));
+        const std::string log_mul = a + "rope.scaling.yarn_log_multiplier";
+        if (const std::optional<double> x = keys.real(log_mul); x && *x != 0.0)
+            keys.fail(log_mul,
+                      "only 0 is read (llama.cpp reads it for DeepSeek models only), got " +
+                          describe_gguf_value(*keys.find(log_mul)));
+    }
+
+    // rope_freqs.weight: per-pair divisors of the frequencies.
+    const io::GgufTensorInfo* freqs = file.find_tensor("rope_freqs.weight");
+    if (freqs == nullptr) return;
+    const std::string key = "tensor 'rope_freqs.weight'";
+    if (c.model_type != "llama")
+        keys.fail(key,
+                  "is read for general.architecture \"llama\" only (llama.cpp's converter "
+                  "writes it for Llama 3.1's rope type llama3), got \"" +
+                      c.model_type + "\"");
+    const Index half = (c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads) / 2;
+    if (freqs->shape() != Shape{half})
+        keys.fail(key, "has shape " + freqs->shape().str() + ", expected " + Shape{half}.str() +
+                           " (one factor per rotated pair: the head dimension / 2)");
+    if (freqs->type != quant::Type::f32 && freqs->type != quant::Type::f16 &&
+        freqs->type != quant::Type::bf16)
+        keys.fail(key, "has type " + quant::describe_type(static_cast<std::uint32_t>(freqs->type)) +
+                           ", expected F32, F16 or BF16");
+    const Tensor<float> f = file.to_float(freqs->name);  // [D/2]
+    std::vector<double> factors(static_cast<std::size_t>(half));
+    for (Index i = 0; i < half; ++i) {
+        const double x = f.data()[i];
+        if (!std::isfinite(x) || x <= 0.0)
+            keys.fail(key, "value " + std::to_string(i) +
+                               " must be finite and positive (it divides the frequency), got " +
+                               headwise::detail::shortest_str(x));
+        factors[static_cast<std::size_t>(i)] = x;
+    }
+    c.rope_scaling.frequency_factors = std::move(factors);
+}
 
 /// Dequantizes the tensor `info` of `file` into `out` (row-major, info.shape()), its rows put
 /// back in Hugging Face's order when they are `heads` permuted heads.
@@ -264,22 +378,7 @@ inline LlamaConfig LlamaConfig::from_gguf(const io::GgufFile& file) {
             keys.fail(a + "expert_count", "mixture-of-experts models are not supported, got " +
                                               detail::describe_gguf_value(*experts));
 
-    // RoPE scaling: llama.cpp's rope.scaling.type, or the older rope.scale_linear. (llama.cpp's
-    // converter writes Llama 3.1's scaling as a rope_freqs.weight tensor, which from_gguf refuses
-    // by name as a tensor a Llama model does not have.)
-    if (const io::GgufValue* type = keys.find(a + "rope.scaling.type")) {
-        const bool text = type->type() == io::GgufValueType::string;
-        const std::string kind = text ? type->as_string() : std::string();
-        if (kind == "linear") {
-            c.rope_scaling_factor = keys.number(a + "rope.scaling.factor", true, 1.0, 1.0, true);
-        } else if (kind != "none") {
-            keys.fail(a + "rope.scaling.type",
-                      "only \"none\" and \"linear\" rope scaling are read from GGUF files, got " +
-                          detail::describe_gguf_value(*type));
-        }
-    } else if (keys.find(a + "rope.scale_linear") != nullptr) {
-        c.rope_scaling_factor = keys.number(a + "rope.scale_linear", true, 1.0, 1.0, true);
-    }
+    detail::llama_gguf_rope_scaling(keys, file, a, c);
     if (keys.find(a + "vocab_size") != nullptr) {
         c.vocab_size = keys.count(a + "vocab_size", true);
     } else if (const io::GgufValue* tokens = keys.find("tokenizer.ggml.tokens")) {
@@ -347,13 +446,15 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, Ggu
         infos.push_back(info);
         expected.insert(s.gguf);
     }
+    if (!config.rope_scaling.frequency_factors.empty())
+        expected.insert("rope_freqs.weight");  // read by LlamaConfig::from_gguf
     for (const io::GgufTensorInfo& t : file.tensors())
         if (expected.count(t.name) == 0)
             fail(t.name, "is not one of a Llama model's (of llama.block_count = " +
                              std::to_string(config.num_hidden_layers) +
                              " layers); headwise reads token_embd, blk.N.attn_norm, attn_q, "
                              "attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, "
-                             "output_norm and output");
+                             "output_norm, output and rope_freqs");
 
     LlamaForCausalLM model(config, projection, uninitialized);
     headwise::detail::ListParametersWalk<T> walk;

@@ -109,13 +109,18 @@ struct RopeScaling {
     double beta_slow = 1.0;           // yarn, positive
     bool truncate = true;             // yarn
     double attention_factor = 1.0;    // yarn: cos and sin multiplied by it; finite, positive
+    /// Any type: empty, or one divisor per pair (D/2 of them, finite, positive) applied after the
+    /// type's change, theta_i / frequency_factors[i] (llama.cpp's rope_freqs.weight, which its
+    /// converter computes from Llama 3.1's "llama3" scaling as theta_i / theta_i(llama3)).
+    std::vector<double> frequency_factors;
 
     friend bool operator==(const RopeScaling& a, const RopeScaling& b) noexcept {
         return a.type == b.type && a.factor == b.factor &&
                a.original_max_position == b.original_max_position &&
                a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
                a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
-               a.truncate == b.truncate && a.attention_factor == b.attention_factor;
+               a.truncate == b.truncate && a.attention_factor == b.attention_factor &&
+               a.frequency_factors == b.frequency_factors;
     }
     friend bool operator!=(const RopeScaling& a, const RopeScaling& b) noexcept {
         return !(a == b);
@@ -151,7 +156,8 @@ void rope_tables(Index first, double base, double scaling_factor, const RopeScal
                  MatrixRef<T> Cos, MatrixRef<T> Sin);
 
 /// theta_i for i in [0, D/2) (Hugging Face's inv_freq) under `scaling`, in double, for a call
-/// whose longest position is max_position (read by RopeScalingType::dynamic only).
+/// whose longest position is max_position (read by RopeScalingType::dynamic only), divided by
+/// scaling.frequency_factors[i] when it holds D/2 factors.
 inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,
                                             Index max_position);
 /// The one theta_i of rope_frequencies, computed without allocating (decode fills its tables
@@ -160,10 +166,11 @@ inline double rope_frequency(double base, Index D, const RopeScaling& scaling, I
                              Index i);
 
 /// Throws std::invalid_argument naming `fn` and `name`.<field> unless `scaling`'s parameters
-/// are usable: a type that is an enumerator; for every type but none a finite factor of at
-/// least 1 and a positive original_max_position; llama3 0 < low_freq_factor <
-/// high_freq_factor; yarn positive beta_fast, beta_slow and a finite positive
-/// attention_factor.
+/// are usable: a type that is an enumerator; frequency_factors finite and positive (their
+/// number, D/2, is checked where D is known: rope_tables, MultiheadAttention's rotary options);
+/// for every type but none a finite factor of at least 1 and a positive
+/// original_max_position; llama3 0 < low_freq_factor < high_freq_factor; yarn positive
+/// beta_fast, beta_slow and a finite positive attention_factor.
 inline void check_rope_scaling(const char* fn, const std::string& name, const RopeScaling& scaling);
 
 /// Y[R, D] = X[R, D] with each row r rotated by the angles of row r of Cos, Sin [R, D/2], pairs
@@ -210,6 +217,11 @@ void rope_fill_tables(const char* fn, Position position, double base, double sca
                                shortest_str(scaling_factor));
     ops::check_rope_scaling(fn, "scaling", scaling);
     const Index R = Cos.rows(), half = Cos.cols();
+    if (const auto n = static_cast<Index>(scaling.frequency_factors.size()); n != 0 && n != half)
+        throw_invalid_argument(
+            fn, "scaling.frequency_factors",
+            "must be empty or hold one factor per pair (Cos.cols() = " + std::to_string(half) + ")",
+            std::to_string(n) + " factors");
     Index longest = 0;  // the call's longest position (dynamic scaling's sequence length - 1)
     if (scaling.type == RopeScalingType::dynamic)
         for (Index r = 0; r < R; ++r) longest = std::max(longest, position(r));
@@ -251,51 +263,9 @@ void rope_rotate(const char* fn, const char* x_name, const char* y_name, ConstMa
     }
 }
 
-}  // namespace headwise::detail
-
-namespace headwise::ops {
-
-inline void check_rope_scaling(const char* fn, const std::string& name,
-                               const RopeScaling& scaling) {
-    using headwise::detail::shortest_str;
-    const auto field = [&](const char* f) { return name + "." + f; };
-    switch (scaling.type) {
-        case RopeScalingType::none:
-            return;
-        case RopeScalingType::llama3:
-        case RopeScalingType::dynamic:
-        case RopeScalingType::yarn:
-            break;
-        default:
-            throw_invalid_argument(
-                fn, field("type"), "must be none, llama3, dynamic or yarn",
-                "RopeScalingType(" + std::to_string(static_cast<int>(scaling.type)) + ")");
-    }
-    if (!(std::isfinite(scaling.factor) && scaling.factor >= 1.0))
-        throw_invalid_argument(fn, field("factor"), "must be finite and at least 1",
-                               shortest_str(scaling.factor));
-    if (scaling.original_max_position <= 0)
-        throw_invalid_argument(fn, field("original_max_position"), "must be positive",
-                               std::to_string(scaling.original_max_position));
-    if (scaling.type == RopeScalingType::llama3 &&
-        !(std::isfinite(scaling.low_freq_factor) && std::isfinite(scaling.high_freq_factor) &&
-          scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > scaling.low_freq_factor))
-        throw_invalid_argument(fn, field("high_freq_factor"),
-                               "must be finite and above low_freq_factor = " +
-                                   shortest_str(scaling.low_freq_factor) + " > 0",
-                               shortest_str(scaling.high_freq_factor));
-    if (scaling.type == RopeScalingType::yarn) {
-        for (auto [f, v] :
-             {std::pair{"beta_fast", scaling.beta_fast}, std::pair{"beta_slow", scaling.beta_slow},
-              std::pair{"attention_factor", scaling.attention_factor}})
-            if (!(std::isfinite(v) && v > 0.0))
-                throw_invalid_argument(fn, field(f), "must be finite and positive",
-                                       shortest_str(v));
-    }
-}
-
-inline double rope_frequency(double base, Index D, const RopeScaling& scaling, Index max_position,
-                             Index i) {
+/// theta_i under `scaling`'s type alone (rope_frequency without frequency_factors).
+inline double rope_type_frequency(double base, Index D, const RopeScaling& scaling,
+                                  Index max_position, Index i) {
     const double d = static_cast<double>(D);
     const double factor = scaling.factor;
     const double original = static_cast<double>(scaling.original_max_position);
@@ -336,6 +306,62 @@ inline double rope_frequency(double base, Index D, const RopeScaling& scaling, I
         return t / factor * (1.0 - extrapolation) + t * extrapolation;
     }
     return t;
+}
+
+}  // namespace headwise::detail
+
+namespace headwise::ops {
+
+inline void check_rope_scaling(const char* fn, const std::string& name,
+                               const RopeScaling& scaling) {
+    using headwise::detail::shortest_str;
+    const auto field = [&](const char* f) { return name + "." + f; };
+    for (std::size_t i = 0; i < scaling.frequency_factors.size(); ++i)
+        if (const double f = scaling.frequency_factors[i]; !(std::isfinite(f) && f > 0.0))
+            throw_invalid_argument(fn, name + ".frequency_factors[" + std::to_string(i) + "]",
+                                   "must be finite and positive", shortest_str(f));
+    switch (scaling.type) {
+        case RopeScalingType::none:
+            return;
+        case RopeScalingType::llama3:
+        case RopeScalingType::dynamic:
+        case RopeScalingType::yarn:
+            break;
+        default:
+            throw_invalid_argument(
+                fn, field("type"), "must be none, llama3, dynamic or yarn",
+                "RopeScalingType(" + std::to_string(static_cast<int>(scaling.type)) + ")");
+    }
+    if (!(std::isfinite(scaling.factor) && scaling.factor >= 1.0))
+        throw_invalid_argument(fn, field("factor"), "must be finite and at least 1",
+                               shortest_str(scaling.factor));
+    if (scaling.original_max_position <= 0)
+        throw_invalid_argument(fn, field("original_max_position"), "must be positive",
+                               std::to_string(scaling.original_max_position));
+    if (scaling.type == RopeScalingType::llama3 &&
+        !(std::isfinite(scaling.low_freq_factor) && std::isfinite(scaling.high_freq_factor) &&
+          scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > scaling.low_freq_factor))
+        throw_invalid_argument(fn, field("high_freq_factor"),
+                               "must be finite and above low_freq_factor = " +
+                                   shortest_str(scaling.low_freq_factor) + " > 0",
+                               shortest_str(scaling.high_freq_factor));
+    if (scaling.type == RopeScalingType::yarn) {
+        for (auto [f, v] :
+             {std::pair{"beta_fast", scaling.beta_fast}, std::pair{"beta_slow", scaling.beta_slow},
+              std::pair{"attention_factor", scaling.attention_factor}})
+            if (!(std::isfinite(v) && v > 0.0))
+                throw_invalid_argument(fn, field(f), "must be finite and positive",
+                                       shortest_str(v));
+    }
+}
+
+inline double rope_frequency(double base, Index D, const RopeScaling& scaling, Index max_position,
+                             Index i) {
+    const double t = headwise::detail::rope_type_frequency(base, D, scaling, max_position, i);
+    if (scaling.frequency_factors.empty()) return t;
+    HEADWISE_ASSERT(static_cast<Index>(scaling.frequency_factors.size()) == D / 2);
+    // llama.cpp's freq_factors (ggml_rope_ext): the pair's frequency divided by its factor.
+    return t / scaling.frequency_factors[static_cast<std::size_t>(i)];
 }
 
 inline std::vector<double> rope_frequencies(double base, Index D, const RopeScaling& scaling,

@@ -142,17 +142,23 @@ std::string differing_options(const MultiheadAttentionOptions& expected,
         compare("rotary.scaling_factor", expected.rotary.scaling_factor,
                 actual.rotary.scaling_factor);
         const RopeScaling &se = expected.rotary.scaling, &sa = actual.rotary.scaling;
+        const auto described = [](const RopeScaling& s) {
+            std::string d = std::string(to_string(s.type)) + " (factor " + shortest_str(s.factor);
+            if (!s.frequency_factors.empty())
+                d += ", " + std::to_string(s.frequency_factors.size()) + " frequency factors";
+            return d + ")";
+        };
         if (se != sa)
             out += std::string(out.empty() ? "" : "; ") + "rotary.scaling: expected " +
-                   to_string(se.type) + " (factor " + shortest_str(se.factor) + "), got " +
-                   to_string(sa.type) + " (factor " + shortest_str(sa.factor) + ")";
+                   described(se) + ", got " + described(sa);
     }
     return out;
 }
 
 /// Throws std::invalid_argument unless `rotary` (when enabled) can rotate heads of D features:
 /// D even, theta finite and greater than 1, scaling_factor finite and at least 1, a convention
-/// that is an enumerator.
+/// that is an enumerator, a scaling check_rope_scaling accepts with no or D/2
+/// frequency_factors.
 inline void check_rotary(const char* fn, const RotaryEmbedding& rotary, Index D) {
     if (!rotary.enabled) return;
     if (D % 2 != 0)
@@ -172,6 +178,12 @@ inline void check_rotary(const char* fn, const RotaryEmbedding& rotary, Index D)
             fn, "options.rotary.convention", "must be rotate_half or interleaved",
             "RopeConvention(" + std::to_string(static_cast<int>(rotary.convention)) + ")");
     ops::check_rope_scaling(fn, "options.rotary.scaling", rotary.scaling);
+    if (const auto n = static_cast<Index>(rotary.scaling.frequency_factors.size());
+        n != 0 && n != D / 2)
+        throw_invalid_argument(fn, "options.rotary.scaling.frequency_factors",
+                               "must be empty or hold one factor per rotated pair (D / 2 = " +
+                                   std::to_string(D / 2) + ")",
+                               std::to_string(n) + " factors");
 }
 
 /// Throws std::invalid_argument naming the first option a MultiheadAttention cannot be built
