@@ -32,6 +32,8 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
+#include "heads_report.hpp"
+
 namespace {
 
 using headwise::Index;
@@ -106,17 +108,6 @@ headwise::models::HeadsToPrune choose(const std::vector<std::pair<Index, Index>>
     }
     for (auto& [layer, list] : chosen) std::sort(list.begin(), list.end());
     return chosen;
-}
-
-// {layer: [heads]} as embed's --prune-heads value, "0:1,3;2:5".
-std::string prune_list(const headwise::models::HeadsToPrune& heads) {
-    std::string s;
-    for (const auto& [layer, list] : heads) {
-        if (list.empty()) continue;
-        s += (s.empty() ? "" : ";") + std::to_string(layer) + ":";
-        for (std::size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
-    }
-    return s;
 }
 
 }  // namespace
@@ -209,35 +200,10 @@ int main(int argc, char** argv) {
                            (2 * step);
                 importance(l, h) = sum / static_cast<double>(P);
             }
-        double top = 0;
-        for (Index k = 0; k < N * H; ++k) top = std::max(top, importance.data()[k]);
-        std::printf(
-            "\nimportance I_h = mean over pairs of |d loss / d xi_h|, relative to the "
-            "largest (%.6g); layers down, heads across\nlayer",
-            top);
-        for (Index h = 0; h < H; ++h) std::printf(" %7lld", static_cast<long long>(h));
-        std::printf("\n");
-        for (Index l = 0; l < N; ++l) {
-            std::printf("%5lld", static_cast<long long>(l));
-            for (Index h = 0; h < H; ++h)
-                std::printf(" %7.3f", top > 0 ? importance(l, h) / top : 0.0);
-            std::printf("\n");
-        }
-        if (!csv.empty()) {
-            std::FILE* f = std::fopen(csv.c_str(), "w");
-            if (f == nullptr) {
-                std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
-                return 1;
-            }
-            std::fprintf(f, "layer,head,importance\n");
-            for (Index l = 0; l < N; ++l)
-                for (Index h = 0; h < H; ++h)
-                    std::fprintf(f, "%lld,%lld,%.9g\n", static_cast<long long>(l),
-                                 static_cast<long long>(h), importance(l, h));
-            if (std::fclose(f) != 0) {
-                std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
-                return 1;
-            }
+        heads_report::print_importance(importance, "mean over pairs of |d loss / d xi_h|");
+        if (!csv.empty() && !heads_report::write_importance_csv(csv, importance)) {
+            std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
+            return 1;
         }
 
         // Pruning: by importance (least first) and in random orders.
@@ -263,7 +229,7 @@ int main(int argc, char** argv) {
                 const std::string name = d < 0 ? "importance" : "random " + std::to_string(d + 1);
                 std::printf("%5d%%  %5lld  %-11s  %.6f  %.6f  \"%s\"\n", percent,
                             static_cast<long long>(count), name.c_str(), mean, least,
-                            prune_list(heads).c_str());
+                            heads_report::prune_list(heads).c_str());
             }
         }
     } catch (const std::exception& e) {
