@@ -10,11 +10,12 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>  // std::copy_n
+#include <algorithm>  // std::copy_n, std::fill_n
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t, std::uint64_t
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
+#include <memory>     // std::shared_ptr, std::make_shared
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
 #include <utility>    // std::move
@@ -27,6 +28,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../io/detail/config_file.hpp"
 #include "../io/safetensors.hpp"
 #include "../layers/attention/multihead_attention.hpp"
+#include "../layers/detail/instance_id.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/gelu.hpp"
 #include "../layers/layer_norm.hpp"
@@ -70,6 +72,30 @@ struct BertConfig {
     static BertConfig from_json_file(const std::string& path);
 };
 
+/// What BertLayer::forward_train keeps for backward in training mode: the inputs of each step.
+/// Read only by the layer; users keep it inside BertLayerForward.
+template <class T>
+struct BertLayerActivations {
+    std::uint64_t layer = 0;   // the InstanceId of the layer that ran forward
+    AttentionForward<T> attn;  // the self-attention (its own saved state)
+    Tensor<T> norm1_in;        // x + Attention(x), attention.output.LayerNorm's input [B, L, E]
+    Tensor<T> h;               // that LayerNorm's output, intermediate.dense's input [B, L, E]
+    Tensor<T> pre;             // intermediate.dense's output, GELU's input [B, L, F]
+    Tensor<T> act;             // GELU's output, output.dense's input [B, L, F]
+    Tensor<T> norm2_in;        // h + FFN(h), output.LayerNorm's input [B, L, E]
+};
+
+/// What BertLayer::forward_train returns; keep it until backward (in training mode it holds the
+/// intermediates backward needs; in eval mode only the output).
+template <class T>
+struct BertLayerForward {
+    Tensor<T> output;        // [B, L, E]
+    Tensor<T> attn_weights;  // as BertLayer::forward's, when masks.need_weights
+    std::shared_ptr<const BertLayerActivations<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
 /// One BERT layer (Devlin et al. 2019; Vaswani et al. 2017, Section 3.1), post-norm:
 ///   x = LayerNorm(x + Attention(x));  out = LayerNorm(x + W2 GELU(W1 x + b1) + b2)
 /// with Hugging Face's parameter names (attention.self.query.weight, ...,
@@ -77,8 +103,9 @@ struct BertConfig {
 /// output.LayerNorm). The attention is a MultiheadAttention: BERT's separate query, key and value
 /// Linears are the row blocks [0, E), [E, 2E), [2E, 3E) of its packed in_proj_weight, declared
 /// under their own names, so a state dict of either layout loads with one copy and any
-/// Projection computes from the same memory. Inference only: forward in any mode computes the
-/// same and there is no backward (the model has no dropout at inference).
+/// Projection computes from the same memory. forward computes the same in either mode (there is
+/// no dropout: training runs as Hugging Face's model with dropout off); forward_train in
+/// training mode keeps what backward needs.
 template <class T>
 class BertLayer : public Module<BertLayer<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -99,6 +126,16 @@ public:
     /// false: [B, H, L, L], each head's) moved into `attn_weights`.
     Tensor<T> forward(TensorView<const T> x, const AttentionMasks<T>& masks,
                       Tensor<T>& attn_weights);
+    /// The same computation, returning a record: in training mode it keeps what backward needs
+    /// (masks.head_mask_grad, when set, then collects d loss / d head_mask in backward, as
+    /// MultiheadAttention's); in eval mode only the output (and the weights).
+    BertLayerForward<T> forward_train(TensorView<const T> x, const AttentionMasks<T>& masks);
+    /// Gradient of sum(output ⊙ dy) with respect to x [B, L, E] for the call that produced
+    /// `fwd`; the parameter gradients accumulate (until zero_grad()). Throws
+    /// std::invalid_argument for a record of an eval-mode forward or of another layer (a copy is
+    /// another layer), shape_error for dy of another shape than the output, std::logic_error
+    /// for weights released to bf16 or stored in a GGUF type; all before any gradient changes.
+    Tensor<T> backward(const BertLayerForward<T>& fwd, TensorView<const T> dy);
 
     BertLayer& with_projection(Projection projection) {
         attention_.with_projection(projection);
@@ -135,6 +172,53 @@ private:
     Linear<T> intermediate_, output_;
     LayerNorm<T> output_norm_;
     GELU<T> act_;
+    headwise::detail::InstanceId id_;  // names this object in its forward records
+};
+
+/// What BertModel::forward_train keeps for backward in training mode. Read only by the model;
+/// users keep it inside BertForward.
+template <class T>
+struct BertActivations {
+    std::uint64_t model = 0;     // the InstanceId of the model that ran forward
+    Tensor<std::int64_t> ids;    // input_ids as [B, L]
+    Tensor<std::int64_t> types;  // token_type_ids as [B, L]; empty: all 0
+    Tensor<T> norm_in;           // the summed embeddings, embeddings.LayerNorm's input [B, L, E]
+    std::vector<BertLayerForward<T>> layers;
+    std::vector<Index> heads;  // each layer's head count then (prune_heads may change it)
+    /// With head_mask_grad: each layer's d loss / d gate [B, H_n], which its attention's
+    /// backward adds into (AttentionMasks::head_mask_grad); BertModel::backward zeroes them
+    /// first and returns them. Null otherwise.
+    std::shared_ptr<std::vector<Tensor<T>>> gate_grads;
+};
+
+/// What BertModel::forward_train returns: forward's outputs (ModelOutput) and, in training mode,
+/// what backward needs. Keep it until backward.
+template <class T>
+struct BertForward : ModelOutput<T> {
+    std::shared_ptr<const BertActivations<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
+/// What BertModel::backward returns besides the parameter gradients, which it adds.
+template <class T>
+struct BertGradients {
+    /// With head_mask_grad at forward_train: d loss / d xi [N, H], layer n's gate of head h
+    /// (Michel et al. 2019; Hugging Face's head_mask), at the head_mask given (or at ones
+    /// without one): Michel et al.'s importance of a head is the mean of its |d loss / d xi|
+    /// over batches at xi = 1. For a head_mask [H] shared by every layer, the gradient of the
+    /// shared gate is the sum over n. Empty without head_mask_grad, and when the layers have
+    /// unequal head counts (after prune_heads; head_mask_per_example has them).
+    Tensor<T> head_mask;
+    /// With head_mask_grad: the same per example, one tensor per layer, [B, H_n] (B = 1 for
+    /// unbatched input ids; H_n the layer's heads): example b's gate of head h (head_mask is
+    /// their sum over b). The mean of |head_mask_per_example[n](b, h)| over examples is the
+    /// importance with one example's loss per gradient. Empty without head_mask_grad.
+    std::vector<Tensor<T>> head_mask_per_example;
+    /// d loss / d inputs_embeds (word_embeddings(input_ids), Hugging Face's inputs_embeds),
+    /// which is the gradient of the summed embeddings (word + position + token type,
+    /// embeddings.LayerNorm's input): [B, L, E] ([L, E] for unbatched input ids).
+    Tensor<T> inputs_embeds;
 };
 
 /// The BERT encoder as transformers' BertModel computes last_hidden_state:
@@ -144,8 +228,10 @@ private:
 /// encoder.layer.N.attention.self.query.weight, ...). The pooler (dense + tanh on [CLS], used by
 /// next-sentence prediction, not by sentence embeddings) is not part of it: load_pretrained and
 /// from_pretrained ignore pooler.* entries, and the int64 embeddings.position_ids buffer (0, 1,
-/// 2, ...) that older checkpoints hold (pretrained_rules()). Inference only; a model is in
-/// evaluation mode from the start, as transformers' from_pretrained returns it.
+/// 2, ...) that older checkpoints hold (pretrained_rules()). A model is in evaluation mode from
+/// the start, as transformers' from_pretrained returns it; after train(), forward_train keeps
+/// what backward needs (training computes as Hugging Face's model with dropout off: there is no
+/// dropout), and backward gives the parameter gradients and each head gate's.
 template <class T>
 class BertModel : public Module<BertModel<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -201,6 +287,29 @@ public:
                            TensorView<const std::int64_t> token_type_ids,
                            const HeadOptions<T>& heads);
 
+    /// The forward that backward differentiates: forward's computation (its arguments, results
+    /// and errors), returning a record. In training mode (train()) the record keeps what
+    /// backward needs; with `head_mask_grad` each layer's attention is also gated per example
+    /// (by heads.head_mask, or by ones) so that backward returns d loss / d gate
+    /// (BertGradients::head_mask, head_mask_per_example). In eval mode the record holds the
+    /// outputs only.
+    BertForward<T> forward_train(TensorView<const std::int64_t> input_ids,
+                                 TensorView<const bool> padding_mask = {},
+                                 TensorView<const std::int64_t> token_type_ids = {},
+                                 const HeadOptions<T>& heads = {}, bool head_mask_grad = false);
+    /// Gradient of sum(last_hidden_state ⊙ grad_output) for the call that produced `fwd`
+    /// (grad_output of last_hidden_state's shape): the parameter gradients accumulate (until
+    /// zero_grad()), the embedding tables' included (the word table's row pad_token_id gets
+    /// none, as torch's padding_idx; position and token type rows get the sum over the tokens
+    /// that used them); returns inputs_embeds' gradient and, with head_mask_grad at
+    /// forward_train, the head gates'. Backward may run several times on one record (each time
+    /// adding the parameter gradients again).
+    /// Throws std::invalid_argument for a record of an eval-mode forward or of another model (a
+    /// copy is another model) or of a forward before prune_heads changed a layer, shape_error
+    /// for grad_output of another shape, std::logic_error for weights released to bf16 or
+    /// stored in a GGUF type; all before any gradient changes.
+    BertGradients<T> backward(const BertForward<T>& fwd, TensorView<const T> grad_output);
+
     /// Removes attention heads from the weights, as Hugging Face's BertModel.prune_heads:
     /// `heads` {layer: [head, ...]}, head indices of the unpruned model (heads pruned before keep
     /// their numbers; config().pruned_heads lists them). Each layer's attention loses those
@@ -251,13 +360,15 @@ private:
     static const BertConfig& checked(const BertConfig& c);
     ModelOutput<T> run(TensorView<const std::int64_t> input_ids,
                        TensorView<const bool> padding_mask,
-                       TensorView<const std::int64_t> token_type_ids, const HeadOptions<T>& heads);
+                       TensorView<const std::int64_t> token_type_ids, const HeadOptions<T>& heads,
+                       BertActivations<T>* saved, bool gate_grads);
 
     BertConfig config_;
     Generator rng_;  // draws the embeddings' initial weights
     Embedding<T> word_embeddings_, position_embeddings_, token_type_embeddings_;
     LayerNorm<T> embeddings_norm_;
     std::vector<BertLayer<T>> layers_;
+    headwise::detail::InstanceId id_;  // names this object in its forward records
 };
 
 // ---- definitions ----------------------------------------------------------------------------
@@ -389,6 +500,63 @@ Tensor<T> BertLayer<T>::forward(TensorView<const T> x, const AttentionMasks<T>& 
 }
 
 template <class T>
+BertLayerForward<T> BertLayer<T>::forward_train(TensorView<const T> x,
+                                                const AttentionMasks<T>& masks) {
+    BertLayerForward<T> f;
+    if (!this->is_training()) {
+        f.output = forward(x, masks, f.attn_weights);
+        return f;
+    }
+    // The steps of forward(), each intermediate kept. x [B, L, E]
+    auto s = std::make_shared<BertLayerActivations<T>>();
+    s->layer = id_.value();
+    s->attn = attention_.forward(x, x, x, masks);
+    if (masks.need_weights) f.attn_weights = std::move(s->attn.attn_weights);  // [B, H, L, L]
+    s->norm1_in = Tensor<T>::uninitialized(x.shape());                         // [B, L, E]
+    s->norm1_in.matrix() = s->attn.output.matrix() + x.matrix();               // x + Attention(x)
+    s->h = attention_norm_.forward(s->norm1_in);                               // [B, L, E]
+    s->pre = intermediate_.forward(s->h);                                      // [B, L, F]
+    s->act = act_.forward(s->pre);                                             // [B, L, F]
+    s->norm2_in = output_.forward(s->act);                                     // [B, L, E]
+    s->norm2_in.matrix() += s->h.matrix();                                     // h + FFN(h)
+    f.output = output_norm_.forward(s->norm2_in);                              // [B, L, E]
+    f.saved = std::move(s);
+    return f;
+}
+
+template <class T>
+Tensor<T> BertLayer<T>::backward(const BertLayerForward<T>& fwd, TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::models::BertLayer::backward";
+    this->check_not_stored(fn);
+    headwise::detail::check_float_weights(
+        fn, this->float_weights_released(),
+        "backward needs the float weights (the layer is inference-only)");
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward_train");
+    if (fwd.saved->layer != id_.value())
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from another layer's forward (a copy of a layer "
+                                    "is another layer); pass a result of this layer's forward");
+    headwise::detail::check_shape(fn, "grad_output", dy.shape(), fwd.output.shape());
+    const BertLayerActivations<T>& s = *fwd.saved;
+    // forward's steps in reverse: out = LayerNorm2(h + W2 GELU(W1 h + b1) + b2).
+    Tensor<T> dh = output_norm_.backward(s.norm2_in, dy);  // d(h + FFN(h)), [B, L, E]
+    const Tensor<T> d_act = output_.backward(s.act, dh);   // [B, L, F]
+    const Tensor<T> d_pre = act_.backward(s.pre, d_act);   // [B, L, F]
+    intermediate_.backward_into(s.h, d_pre, dh);           // dh += W1^T d_pre (residual kept)
+    // h = LayerNorm1(x + Attention(x)).
+    const Tensor<T> d_norm1_in = attention_norm_.backward(s.norm1_in, dh);  // [B, L, E]
+    AttentionBackwardOptions self;
+    self.combine_self = true;  // x was query, key and value: one gradient
+    AttentionGradients<T> g = attention_.backward(s.attn, d_norm1_in, self);
+    Tensor<T> dx = std::move(g.input);   // [B, L, E]
+    dx.matrix() += d_norm1_in.matrix();  // the residual path
+    return dx;
+}
+
+template <class T>
 const BertConfig& BertModel<T>::checked(const BertConfig& c) {
     constexpr const char* fn = "headwise::models::BertModel::BertModel";
     const auto positive = [&](const char* name, Index v) {
@@ -499,7 +667,8 @@ template <class T>
 Tensor<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
                                 TensorView<const bool> padding_mask,
                                 TensorView<const std::int64_t> token_type_ids) {
-    return run(input_ids, padding_mask, token_type_ids, HeadOptions<T>{}).last_hidden_state;
+    return run(input_ids, padding_mask, token_type_ids, HeadOptions<T>{}, nullptr, false)
+        .last_hidden_state;
 }
 
 template <class T>
@@ -507,7 +676,97 @@ ModelOutput<T> BertModel<T>::forward(TensorView<const std::int64_t> input_ids,
                                      TensorView<const bool> padding_mask,
                                      TensorView<const std::int64_t> token_type_ids,
                                      const HeadOptions<T>& heads) {
-    return run(input_ids, padding_mask, token_type_ids, heads);
+    return run(input_ids, padding_mask, token_type_ids, heads, nullptr, false);
+}
+
+template <class T>
+BertForward<T> BertModel<T>::forward_train(TensorView<const std::int64_t> input_ids,
+                                           TensorView<const bool> padding_mask,
+                                           TensorView<const std::int64_t> token_type_ids,
+                                           const HeadOptions<T>& heads, bool head_mask_grad) {
+    BertForward<T> f;
+    std::shared_ptr<BertActivations<T>> s;
+    if (this->is_training()) s = std::make_shared<BertActivations<T>>();
+    static_cast<ModelOutput<T>&>(f) =
+        run(input_ids, padding_mask, token_type_ids, heads, s.get(), head_mask_grad);
+    f.saved = std::move(s);
+    return f;
+}
+
+template <class T>
+BertGradients<T> BertModel<T>::backward(const BertForward<T>& fwd,
+                                        TensorView<const T> grad_output) {
+    constexpr const char* fn = "headwise::models::BertModel::backward";
+    this->check_not_stored(fn);
+    headwise::detail::check_float_weights(
+        fn, this->float_weights_released(),
+        "backward needs the float weights (the model is inference-only)");
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward_train");
+    if (fwd.saved->model != id_.value())
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from another model's forward (a copy of a model "
+                                    "is another model); pass a result of this model's "
+                                    "forward_train");
+    const BertActivations<T>& s = *fwd.saved;
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+        if (layers_[i].attention().num_heads() != s.heads[i])
+            throw std::invalid_argument(
+                std::string(fn) + ": fwd: comes from a forward before prune_heads: layer " +
+                std::to_string(i) + " had " + std::to_string(s.heads[i]) + " heads, now " +
+                std::to_string(layers_[i].attention().num_heads()));
+    headwise::detail::check_shape(fn, "grad_output", grad_output.shape(),
+                                  fwd.last_hidden_state.shape());
+    const Index B = s.ids.size(0), L = s.ids.size(1), E = config_.hidden_size;
+    const Shape ble{B, L, E};
+    if (s.gate_grads)
+        for (Tensor<T>& g : *s.gate_grads) g.matrix().setZero();
+
+    // The layers in reverse; each attention adds its gates' gradient into s.gate_grads.
+    Tensor<T> dx = layers_.back().backward(s.layers.back(), grad_output.reshape(ble));
+    for (std::size_t i = layers_.size() - 1; i-- > 0;) dx = layers_[i].backward(s.layers[i], dx);
+    // x = LayerNorm(word[ids] + position[t] + token_type[types]).
+    Tensor<T> d_sum = embeddings_norm_.backward(s.norm_in, dx);  // [B, L, E]
+    {
+        // The word table: the pad token's row takes no gradient (torch's padding_idx).
+        Tensor<T> d_word = d_sum;  // [B, L, E]
+        for (Index i = 0; i < B * L; ++i)
+            if (s.ids.data()[i] == config_.pad_token_id)
+                std::fill_n(d_word.data() + i * E, E, T(0));
+        word_embeddings_.backward(s.ids, d_word);
+    }
+    Tensor<std::int64_t> positions(Shape{L});
+    for (Index t = 0; t < L; ++t) positions.data()[t] = t;
+    Tensor<T> d_pos(Shape{L, E});  // the sum over the batch
+    for (Index b = 0; b < B; ++b) d_pos.matrix() += d_sum.matrix().middleRows(b * L, L);
+    position_embeddings_.backward(positions, d_pos);
+    if (s.types.numel() > 0) {
+        token_type_embeddings_.backward(s.types, d_sum);
+    } else {
+        Tensor<std::int64_t> zero(Shape{1});  // every token's type 0
+        Tensor<T> d_type(Shape{1, E});
+        d_type.matrix() = d_sum.matrix().colwise().sum();
+        token_type_embeddings_.backward(zero, d_type);
+    }
+
+    BertGradients<T> g;
+    if (s.gate_grads) {
+        g.head_mask_per_example = *s.gate_grads;
+        const Index H = g.head_mask_per_example.front().size(1);
+        bool equal = true;
+        for (const Tensor<T>& d : g.head_mask_per_example) equal = equal && d.size(1) == H;
+        if (equal) {
+            const Index N = static_cast<Index>(layers_.size());
+            g.head_mask = Tensor<T>(Shape{N, H});  // the sum over the batch
+            for (Index n = 0; n < N; ++n)
+                g.head_mask.matrix().row(n) =
+                    g.head_mask_per_example[static_cast<std::size_t>(n)].matrix().colwise().sum();
+        }
+    }
+    g.inputs_embeds = std::move(d_sum).reshape(fwd.last_hidden_state.shape());
+    return g;
 }
 
 template <class T>
@@ -531,7 +790,8 @@ template <class T>
 ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
                                  TensorView<const bool> padding_mask,
                                  TensorView<const std::int64_t> token_type_ids,
-                                 const HeadOptions<T>& heads) {
+                                 const HeadOptions<T>& heads, BertActivations<T>* saved,
+                                 bool gate_grads) {
     constexpr const char* fn = "headwise::models::BertModel::forward";
     const bool batched = input_ids.rank() == 2;
     if (input_ids.rank() != 1 && input_ids.rank() != 2)
@@ -572,6 +832,16 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
             const T* s = types.data() + (typed ? (b * L + t) * E : Index{0});  // [E]
             for (Index e = 0; e < E; ++e) row[e] = (row[e] + s[e]) + p[e];  // transformers' order
         }
+    if (saved) {
+        saved->model = id_.value();
+        saved->ids = Tensor<std::int64_t>(bl);
+        std::copy_n(input_ids.data(), B * L, saved->ids.data());
+        if (typed) {
+            saved->types = Tensor<std::int64_t>(bl);
+            std::copy_n(token_type_ids.data(), B * L, saved->types.data());
+        }
+        saved->norm_in = x;  // [B, L, E]
+    }
     x = embeddings_norm_.forward(x);
 
     AttentionMasks<T> masks;
@@ -591,6 +861,38 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
     masks.average_attn_weights = false;
     if (heads.output_attentions) out.attentions.resize(n);
     Tensor<T> unused;
+    if (saved) {
+        // Training. With gate_grads every layer is gated by [B, H] (the head_mask broadcast
+        // over the batch, or ones), so that its backward adds each example's d loss / d gate
+        // into gate_grads[i].
+        if (gate_grads) {
+            saved->gate_grads = std::make_shared<std::vector<Tensor<T>>>();
+            saved->gate_grads->reserve(n);  // the attentions keep views of its tensors
+        }
+        saved->layers.reserve(n);
+        saved->heads = heads_per_layer;
+        for (std::size_t i = 0; i < n; ++i) {
+            masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
+            if (gate_grads) {
+                const Index H = layers_[i].attention().num_heads();
+                saved->gate_grads->emplace_back(Shape{B, H});
+                if (masks.head_mask.numel() > 0) {
+                    const Tensor<T> gates = std::move(masks.head_mask);  // [H]
+                    masks.head_mask = Tensor<T>(Shape{B, H});
+                    for (Index b = 0; b < B; ++b)
+                        std::copy_n(gates.data(), H, masks.head_mask.data() + b * H);
+                }
+                masks.head_mask_grad = saved->gate_grads->back();
+            }
+            saved->layers.push_back(layers_[i].forward_train(x, masks));
+            BertLayerForward<T>& r = saved->layers.back();
+            if (heads.output_attentions) out.attentions[i] = std::move(r.attn_weights);
+            x = r.output;  // [B, L, E]; the record keeps its own
+        }
+        if (!batched) x = std::move(x).reshape(Shape{L, E});
+        out.last_hidden_state = std::move(x);
+        return out;
+    }
     for (std::size_t i = 0; i < n; ++i) {
         masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
         x = layers_[i].forward(x, masks, heads.output_attentions ? out.attentions[i] : unused);
@@ -606,6 +908,11 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
 
 // Compiled once into headwise::compiled (detail/compiled_templates.hpp).
 #define HEADWISE_DETAIL_BERT_TEMPLATES(C, F, T) \
+    C(struct, models::BertLayerActivations<T>)  \
+    C(struct, models::BertLayerForward<T>)      \
     C(class, models::BertLayer<T>)              \
+    C(struct, models::BertActivations<T>)       \
+    C(struct, models::BertForward<T>)           \
+    C(struct, models::BertGradients<T>)         \
     C(class, models::BertModel<T>)
 HEADWISE_COMPILED_TEMPLATES(HEADWISE_DETAIL_BERT_TEMPLATES);

@@ -62,6 +62,23 @@ Tensor<T> pool(TensorView<const T> hidden, TensorView<const bool> padding, Pooli
 template <class T>
 void l2_normalize_rows(TensorView<T> x);
 
+/// The gradient of sum(pool(hidden, padding, mode) ⊙ d_pooled) with respect to hidden [B, L, E],
+/// for d_pooled [B, E] (with BertModel::forward_train and backward, the gradient of a loss over
+/// sentence embeddings reaches the encoder's parameters and head gates): mean gives each kept
+/// token d_pooled / max(count, 1e-9), cls token 0 d_pooled, max each feature's gradient to the
+/// first kept token holding the maximum (torch's max picks one); padding tokens get 0. Throws
+/// shape_error as pool, and for d_pooled of another shape than [B, E].
+template <class T>
+Tensor<T> pool_backward(TensorView<const T> hidden, TensorView<const bool> padding, Pooling mode,
+                        TensorView<const T> d_pooled);
+
+/// The gradient of sum(l2_normalize_rows(x) ⊙ dy) with respect to x [B, E] (x the rows before
+/// normalising): (dy - y (y . dy)) / |x| with y = x / |x|, or dy / 1e-12 for a row whose norm
+/// is below 1e-12 (the divisor is then a constant). Throws shape_error for x not [B, E] or dy of
+/// another shape.
+template <class T>
+Tensor<T> l2_normalize_rows_backward(TensorView<const T> x, TensorView<const T> dy);
+
 /// Text to sentence embeddings from a sentence-transformers model directory holding a BERT
 /// (config.json, model.safetensors, vocab.txt, tokenizer_config.json, modules.json, ...):
 /// tokenize (truncating to max_seq_length), run the encoder in batches, pool, normalise.
@@ -270,6 +287,71 @@ void l2_normalize_rows(TensorView<T> x) {
         const double norm = std::max(std::sqrt(sq), 1e-12);
         for (Index e = 0; e < E; ++e) row[e] = static_cast<T>(row[e] / norm);
     }
+}
+
+template <class T>
+Tensor<T> pool_backward(TensorView<const T> hidden, TensorView<const bool> padding, Pooling mode,
+                        TensorView<const T> d_pooled) {
+    constexpr const char* fn = "headwise::models::pool_backward";
+    if (hidden.rank() != 3) throw shape_error(fn, "hidden", "[B, L, E]", hidden.shape());
+    const Index B = hidden.size(0), L = hidden.size(1), E = hidden.size(2);
+    const bool padded = padding.data() != nullptr && padding.numel() > 0;
+    if (padded) headwise::detail::check_shape(fn, "padding", padding.shape(), Shape{B, L});
+    headwise::detail::check_shape(fn, "d_pooled", d_pooled.shape(), Shape{B, E});
+    Tensor<T> dh(hidden.shape());  // [B, L, E], zero where no gradient goes
+    for (Index b = 0; b < B; ++b) {
+        const T* d = d_pooled.data() + b * E;  // [E]
+        auto kept = [&](Index t) { return !padded || !padding.data()[b * L + t]; };
+        if (mode == Pooling::cls) {
+            std::copy_n(d, E, dh.data() + b * L * E);
+        } else if (mode == Pooling::max) {
+            // pool's maximum, feature by feature: the first kept token that holds it.
+            for (Index e = 0; e < E; ++e) {
+                Index at = -1;
+                for (Index t = 0; t < L; ++t)
+                    if (kept(t) && (at < 0 || hidden.data()[(b * L + t) * E + e] >
+                                                  hidden.data()[(b * L + at) * E + e]))
+                        at = t;
+                if (at >= 0) dh.data()[(b * L + at) * E + e] = d[e];
+            }
+        } else {
+            double count = 0;
+            for (Index t = 0; t < L; ++t) count += kept(t) ? 1 : 0;
+            const double n = std::max(count, 1e-9);
+            for (Index t = 0; t < L; ++t) {
+                if (!kept(t)) continue;
+                T* row = dh.data() + (b * L + t) * E;  // [E]
+                for (Index e = 0; e < E; ++e) row[e] = static_cast<T>(d[e] / n);
+            }
+        }
+    }
+    return dh;
+}
+
+template <class T>
+Tensor<T> l2_normalize_rows_backward(TensorView<const T> x, TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::models::l2_normalize_rows_backward";
+    if (x.rank() != 2) throw shape_error(fn, "x", "[B, E]", x.shape());
+    headwise::detail::check_shape(fn, "dy", dy.shape(), x.shape());
+    const Index B = x.size(0), E = x.size(1);
+    Tensor<T> dx(x.shape());  // [B, E]
+    for (Index b = 0; b < B; ++b) {
+        const T* row = x.data() + b * E;  // [E]
+        const T* d = dy.data() + b * E;   // [E]
+        T* out = dx.data() + b * E;       // [E]
+        double sq = 0;
+        for (Index e = 0; e < E; ++e) sq += static_cast<double>(row[e]) * row[e];
+        const double norm = std::sqrt(sq);
+        if (norm < 1e-12) {  // y = x / 1e-12: a constant divisor
+            for (Index e = 0; e < E; ++e) out[e] = static_cast<T>(d[e] / 1e-12);
+            continue;
+        }
+        // y = x / |x|: dx = (dy - y (y . dy)) / |x|.
+        double ydy = 0;
+        for (Index e = 0; e < E; ++e) ydy += static_cast<double>(row[e]) / norm * d[e];
+        for (Index e = 0; e < E; ++e) out[e] = static_cast<T>((d[e] - row[e] / norm * ydy) / norm);
+    }
+    return dx;
 }
 
 template <class T>
