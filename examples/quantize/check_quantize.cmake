@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Runs the quantize program (cmake -P):
 #   -D QUANTIZE=<quantize> -D CHECK=<check_quantize> -D WORK=<a scratch directory>
-#   -D OTHER_GGUF=<a GGUF file of another architecture>
+#   -D OTHER_GGUF=<a GGUF file of another architecture> -D GOLDEN=<tests/golden>
 # Bad command lines: exit status 2 and a message naming the problem; inputs that cannot be read
 # or are no Llama model: exit status 1 naming the file. Then a small Hugging Face directory
 # (check_quantize make; also in two shards) is quantized to every type, and check_quantize compares each output with
@@ -63,4 +63,14 @@ check(hf "${WORK}/sharded" "${WORK}/sharded.gguf" q4_k_m)
 foreach(type q4_k_m q6_k)
   run("GGUF to ${type}" 0 "" "${WORK}/q8_0.gguf" "${WORK}/gguf_${type}.gguf" --type ${type})
   check(gguf "${WORK}/q8_0.gguf" "${WORK}/gguf_${type}.gguf" ${type})
+endforeach()
+# Rope scalings beyond linear: tests/golden/llama_variants' llama3 and yarn checkpoints give the
+# keys and rope_freqs.weight that llama.cpp's converter writes (tests/golden/llama_gguf, by
+# make_llama_gguf_golden.py); dynamic, which has no GGUF form, is refused.
+run("rope type dynamic" 1 "config.json: rope type dynamic has no GGUF form llama.cpp reads"
+    "${GOLDEN}/llama_variants/dynamic" "${WORK}/dynamic.gguf" --type q8_0)
+foreach(name llama3 yarn)
+  run("rope type ${name}" 0 "" "${GOLDEN}/llama_variants/${name}" "${WORK}/${name}.gguf"
+      --type q8_0)
+  check(rope "${WORK}/${name}.gguf" "${GOLDEN}/llama_gguf/${name}.gguf")
 endforeach()

@@ -15,6 +15,10 @@
 //   check_quantize gguf IN.gguf OUT.gguf TYPE   the same for a GGUF input: every metadata key
 //                                          carried over, the blocks those of the input's
 //                                          tensors dequantized and quantized again
+//   check_quantize rope OUT.gguf REF.gguf  the rope scaling of quantize's output against REF's
+//                                          (llama.cpp's converter's): the same llama.rope.* keys
+//                                          and values, rope_freqs.weight in both or neither,
+//                                          F32, its values within 1e-6 relative (float32 rounding)
 //   check_quantize same A.gguf B.gguf      the same tensors (names, order, types, shapes) with
 //                                          the same bytes, e.g. quantize's output and
 //                                          llama-quantize's from the same input; prints how
@@ -26,6 +30,7 @@
 #include <headwise/quant/quantize.hpp>
 #include <headwise/random.hpp>
 
+#include <cmath>       // std::abs
 #include <cstdint>     // std::uint8_t, std::uint32_t
 #include <cstdio>      // std::printf, std::fprintf
 #include <cstring>     // std::memcmp
@@ -297,6 +302,42 @@ int check_gguf(const std::string& in_path, const std::string& path, const std::s
     return 0;
 }
 
+int check_rope(const std::string& path, const std::string& ref_path) {
+    Report report;
+    const io::GgufFile out = io::load_gguf(path);
+    const io::GgufFile ref = io::load_gguf(ref_path);
+    const auto rope_keys = [](const io::GgufFile& f) {
+        std::map<std::string, io::GgufValue> keys;
+        for (const auto& [key, value] : f.metadata())
+            if (key.compare(0, 11, "llama.rope.") == 0) keys.emplace(key, value);
+        return keys;
+    };
+    const auto got = rope_keys(out), want = rope_keys(ref);
+    for (const auto& [key, value] : want) {
+        const auto it = got.find(key);
+        if (it == got.end() || it->second != value) report.fail("metadata " + key + " differs");
+    }
+    for (const auto& [key, value] : got)
+        if (want.count(key) == 0) report.fail("metadata " + key + " is not REF's");
+    const io::GgufTensorInfo* a = out.find_tensor("rope_freqs.weight");
+    const io::GgufTensorInfo* b = ref.find_tensor("rope_freqs.weight");
+    if ((a == nullptr) != (b == nullptr)) report.fail("rope_freqs.weight in one file only");
+    std::size_t factors = 0;
+    if (a && b) {
+        if (a->type != Type::f32 || a->dims != b->dims) report.fail("rope_freqs.weight's type");
+        const Tensor<float> x = out.to_float(a->name), y = ref.to_float(b->name);
+        for (Index i = 0; i < x.numel() && i < y.numel(); ++i, ++factors)
+            if (std::abs(x.data()[i] - y.data()[i]) > 1e-6f * std::abs(y.data()[i]))
+                report.fail("rope_freqs.weight[" + std::to_string(i) +
+                            "] = " + std::to_string(x.data()[i]) + ", REF has " +
+                            std::to_string(y.data()[i]));
+    }
+    if (report.failures) return 1;
+    std::printf("check_quantize: %s: %zu llama.rope keys and %zu rope_freqs factors as %s's\n",
+                path.c_str(), want.size(), factors, ref_path.c_str());
+    return 0;
+}
+
 int check_same(const std::string& a_path, const std::string& b_path) {
     Report report;
     const io::GgufFile a = io::load_gguf(a_path);
@@ -349,10 +390,11 @@ int main(int argc, char** argv) {
         if (mode == "hf" && argc == 5) return check_hf(argv[2], argv[3], argv[4]);
         if (mode == "gguf" && argc == 5) return check_gguf(argv[2], argv[3], argv[4]);
         if (mode == "same" && argc == 4) return check_same(argv[2], argv[3]);
+        if (mode == "rope" && argc == 4) return check_rope(argv[2], argv[3]);
         std::fprintf(
             stderr,
             "usage: check_quantize make DIR [sharded] | hf DIR OUT.gguf TYPE | gguf IN.gguf "
-            "OUT.gguf TYPE | same A.gguf B.gguf\n");
+            "OUT.gguf TYPE | same A.gguf B.gguf | rope OUT.gguf REF.gguf\n");
         return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "check_quantize: %s\n", e.what());

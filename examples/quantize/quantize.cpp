@@ -22,6 +22,7 @@
 #include <headwise/quant/quantize.hpp>
 
 #include <algorithm>     // std::sort
+#include <cmath>         // std::log
 #include <cstdint>       // std::uint8_t, std::uint32_t, std::int32_t, std::uint64_t
 #include <cstdio>        // std::printf, std::fprintf
 #include <cstring>       // std::strcmp
@@ -404,8 +405,20 @@ std::map<std::string, Tensor<float>> read_checkpoint(const std::string& dir, std
 void read_directory(const std::string& dir, const Request& r, Metadata& meta,
                     std::vector<Source>& sources) {
     namespace fs = std::filesystem;
-    const models::LlamaConfig c =
-        models::LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
+    const std::string config_json = (fs::path(dir) / "config.json").string();
+    const models::LlamaConfig c = models::LlamaConfig::from_json_file(config_json);
+    // Rope scalings beyond linear as llama.cpp's converter writes them: yarn as rope.scaling.*
+    // keys, llama3 as the tensor rope_freqs.weight. It writes nothing for dynamic (llama.cpp
+    // would run the model unscaled), and ggml always truncates yarn's ramp.
+    const RopeScaling& rope = c.rope_scaling;
+    if (rope.type == RopeScalingType::dynamic)
+        throw std::runtime_error(config_json +
+                                 ": rope type dynamic has no GGUF form llama.cpp reads (its "
+                                 "converter writes none: the model would run unscaled)");
+    if (rope.type == RopeScalingType::yarn && !rope.truncate)
+        throw std::runtime_error(config_json +
+                                 ": rope type yarn with truncate false has no GGUF form (llama.cpp "
+                                 "floors and ceils the ends of the ramp)");
     struct Checkpoint {
         std::map<std::string, Tensor<float>> tensors;
         std::string source;
@@ -464,6 +477,21 @@ void read_directory(const std::string& dir, const Request& r, Metadata& meta,
         throw std::runtime_error(checkpoint->source + ": no tensor for llama.cpp's " +
                                  headwise::detail::quote_bounded(wanted.begin()->first) +
                                  " (config.json asks for it)");
+    if (rope.type == RopeScalingType::llama3) {
+        // convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors, written first: each pair's
+        // frequency divisor theta_i / theta_i(llama3), which LlamaConfig::from_gguf reads back as
+        // RopeScaling::frequency_factors.
+        const double theta = c.rope_theta;
+        sources.insert(sources.begin(),
+                       {"rope_freqs.weight", Shape{D / 2}, [theta, D, rope]() {
+                            Tensor<float> f(Shape{D / 2});  // [D/2]
+                            for (Index i = 0; i < D / 2; ++i)
+                                f.data()[i] = static_cast<float>(
+                                    ops::rope_frequency(theta, D, RopeScaling{}, 0, i) /
+                                    ops::rope_frequency(theta, D, rope, 0, i));
+                            return f;
+                        }});
+    }
     const auto u32 = [](Index v) { return GgufValue::uint32(static_cast<std::uint32_t>(v)); };
     meta.emplace_back("general.architecture", GgufValue::string("llama"));
     fs::path named(dir);  // "models/llama/" names the model "llama"
@@ -485,6 +513,22 @@ void read_directory(const std::string& dir, const Request& r, Metadata& meta,
         meta.emplace_back("llama.rope.scaling.type", GgufValue::string("linear"));
         meta.emplace_back("llama.rope.scaling.factor",
                           GgufValue::float32(static_cast<float>(c.rope_scaling_factor)));
+    }
+    if (rope.type == RopeScalingType::yarn) {
+        // conversion/base.py's keys; attention_factor, beta_fast and beta_slow only when they
+        // differ from what LlamaConfig::from_gguf (and transformers) take without them.
+        const auto f32 = [](double v) { return GgufValue::float32(static_cast<float>(v)); };
+        meta.emplace_back("llama.rope.scaling.type", GgufValue::string("yarn"));
+        meta.emplace_back("llama.rope.scaling.factor", f32(rope.factor));
+        meta.emplace_back("llama.rope.scaling.original_context_length",
+                          u32(rope.original_max_position));
+        const double mscale = rope.factor <= 1.0 ? 1.0 : 0.1 * std::log(rope.factor) + 1.0;
+        if (rope.attention_factor != mscale)
+            meta.emplace_back("llama.rope.scaling.yarn_attn_factor", f32(rope.attention_factor));
+        if (rope.beta_fast != 32.0)
+            meta.emplace_back("llama.rope.scaling.yarn_beta_fast", f32(rope.beta_fast));
+        if (rope.beta_slow != 1.0)
+            meta.emplace_back("llama.rope.scaling.yarn_beta_slow", f32(rope.beta_slow));
     }
     add_tokenizer(dir, c, meta);
     meta.emplace_back("general.quantization_version", GgufValue::uint32(2));
