@@ -15,6 +15,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include <cmath>      // std::isfinite, std::log
 #include <cstdint>    // std::int64_t
 #include <map>        // std::map
+#include <memory>     // std::shared_ptr, std::make_shared
 #include <optional>   // std::optional
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 #include <string>     // std::string, std::to_string
@@ -32,6 +33,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../layers/attention/detail/in_proj_layout.hpp"
 #include "../layers/attention/kv_cache.hpp"
 #include "../layers/attention/multihead_attention.hpp"
+#include "../layers/detail/instance_id.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/linear.hpp"
 #include "../layers/module.hpp"
@@ -123,14 +125,104 @@ struct LlamaConfig {
     static LlamaConfig from_gguf(const io::GgufFile& file);
 };
 
+template <class T>
+class LlamaModel;
+template <class T>
+class LlamaForCausalLM;
+
+/// What LlamaDecoderLayer::forward keeps for backward in training mode: the inputs of the two
+/// RMSNorms and the records of the attention and the MLP. Read only by the layer; users keep it
+/// inside LlamaDecoderLayerForward.
+template <class T>
+struct LlamaDecoderLayerActivations {
+    std::uint64_t layer = 0;        // the InstanceId of the layer that ran forward
+    Index heads = 0;                // its attention's query heads then (prune_heads cuts them)
+    Tensor<T> x;                    // the input, input_layernorm's: [B, L, E]
+    AttentionForward<T> self_attn;  // Attention(n1), n1 = input_layernorm(x)
+    Tensor<T> h;                    // x + Attention(n1), post_attention_layernorm's input
+    SwiGLUForward<T> mlp;           // MLP(n2), n2 = post_attention_layernorm(h)
+};
+
+/// What LlamaDecoderLayer::forward returns; keep it until backward (in training mode it holds
+/// what backward needs, in eval mode only the output).
+template <class T>
+struct LlamaDecoderLayerForward {
+    Tensor<T> output;  // the input's shape, [B, L, E] ([L, E])
+    std::shared_ptr<const LlamaDecoderLayerActivations<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
+/// What LlamaModel::forward_train keeps for backward in training mode. Read only by the model;
+/// users keep it inside LlamaModelForward.
+template <class T>
+struct LlamaModelActivations {
+    std::uint64_t model = 0;                          // the InstanceId of the model
+    Tensor<std::int64_t> input_ids;                   // [B, L]
+    std::vector<LlamaDecoderLayerForward<T>> layers;  // the last one's output is norm's input
+    // With head_mask_grad: the gates' gradient [N, H] that the attentions' backwards add into
+    // (each layer's row is its AttentionMasks::head_mask_grad); backward zeroes it first.
+    mutable Tensor<T> head_mask_grad;
+};
+
+/// What LlamaModel::forward_train returns; keep it until backward.
+template <class T>
+struct LlamaModelForward {
+    Tensor<T> last_hidden_state;  // [B, L, E] ([L, E] for unbatched input ids)
+    std::shared_ptr<const LlamaModelActivations<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
+/// What LlamaModel::backward and LlamaForCausalLM::backward return besides the parameter
+/// gradients, which they add into the modules.
+template <class T>
+struct LlamaModelGradients {
+    /// d loss / d embed_tokens(input_ids): [B, L, E] ([L, E]), the gradient of the embedded
+    /// tokens (what the embedding table's gradient gathers per id).
+    Tensor<T> inputs_embeds;
+    /// With head_mask_grad at forward_train: d loss / d xi [N, H], layer n's gate of head h, at
+    /// the head_mask given (or at ones without one): Michel et al.'s importance of a head is the
+    /// mean of its |d loss / d xi| over batches at xi = 1. For a head_mask [H] shared by every
+    /// layer, the gradient of the shared gate is the sum over n. Empty otherwise.
+    Tensor<T> head_mask;
+};
+
+/// What LlamaForCausalLM::forward_train keeps for backward in training mode.
+template <class T>
+struct LlamaForCausalLMActivations {
+    std::uint64_t model = 0;    // the InstanceId of the LlamaForCausalLM
+    LlamaModelForward<T> body;  // the decoder's record; its last_hidden_state is lm_head's input
+};
+
+/// What LlamaForCausalLM::forward_train returns; keep it until backward.
+template <class T>
+struct LlamaForCausalLMForward {
+    Tensor<T> logits;  // [B, L, V] ([L, V] for unbatched input ids)
+    std::shared_ptr<const LlamaForCausalLMActivations<T>> saved;
+
+    bool differentiable() const noexcept { return saved != nullptr; }
+};
+
+// Not compiled into headwise::compiled (detail/compiled_templates.hpp), having no member defined
+// outside the class (the records' work is the modules'):
+// not compiled: LlamaDecoderLayerActivations
+// not compiled: LlamaDecoderLayerForward
+// not compiled: LlamaModelActivations
+// not compiled: LlamaModelForward
+// not compiled: LlamaModelGradients
+// not compiled: LlamaForCausalLMActivations
+// not compiled: LlamaForCausalLMForward
+
 /// One Llama decoder layer (transformers' LlamaDecoderLayer), pre-norm:
 ///   h = x + o_proj(Attention(RoPE(q_proj(n1)), RoPE(k_proj(n1)), v_proj(n1))),  n1 = RMSNorm(x)
 ///   y = h + down_proj(SiLU(gate_proj(n2)) ⊙ up_proj(n2)),                      n2 = RMSNorm(h)
 /// causal, grouped-query (query head i reads key/value head i / (H / Hkv)), RoPE rotate_half.
 /// The attention is a MultiheadAttention whose packed in_proj_weight holds q_proj's rows, then
 /// k_proj's, then v_proj's; they are declared under Hugging Face's names (self_attn.q_proj.weight,
-/// ...), so a checkpoint loads with one copy. Inference only: runs through decode() with a KV
-/// cache (a forward is a decode into an empty cache).
+/// ...), so a checkpoint loads with one copy. Inference runs through decode() with a KV cache (a
+/// forward is a decode into an empty cache); training through the forward that returns a
+/// LlamaDecoderLayerForward and its backward.
 template <class T>
 class LlamaDecoderLayer : public Module<LlamaDecoderLayer<T>, T> {
     HEADWISE_STATIC_ASSERT_REAL(T);
@@ -153,6 +245,21 @@ public:
     /// [B, H, L, L], with masks.average_attn_weights = false). `masks` carries the key padding
     /// and head_mask; is_causal is set here.
     Tensor<T> forward(TensorView<const T> x, AttentionMasks<T> masks, Tensor<T>& attn_weights);
+    /// x [B, L, E] (or [L, E]) -> output of its shape, through MultiheadAttention::forward
+    /// (causal, rotary positions 0..L-1; is_causal is set here). `masks` carries the key padding
+    /// and head_mask, and head_mask_grad: set, backward adds d loss / d xi into it (see
+    /// AttentionMasks). In training mode the result holds what backward needs (the input, the
+    /// residual sum and the attention's and the MLP's records), in eval mode only the output.
+    /// Throws shape_error for x of another rank or last extent, and what the attention throws
+    /// for its masks, before anything changes.
+    LlamaDecoderLayerForward<T> forward(TensorView<const T> x, AttentionMasks<T> masks = {});
+    /// Gradient of sum(output ⊙ dy) with respect to x for this layer's forward that gave `fwd`;
+    /// every parameter's gradient is added (until zero_grad()), and masks.head_mask_grad's when
+    /// it was set. Throws std::invalid_argument for a result of an eval-mode forward or of
+    /// another layer's (a copy of a layer is another layer), shape_error for dy of another shape
+    /// than the output, std::logic_error for weights stored in a GGUF type or released float
+    /// weights (the layer is then inference-only); all before anything changes.
+    Tensor<T> backward(const LlamaDecoderLayerForward<T>& fwd, TensorView<const T> dy);
 
     MultiheadAttention<T>& self_attn() noexcept { return self_attn_; }
     const MultiheadAttention<T>& self_attn() const noexcept { return self_attn_; }
@@ -178,12 +285,19 @@ public:
 
 private:
     static MultiheadAttentionOptions attention_options(const LlamaConfig& c, Projection p);
+    /// Throws std::invalid_argument naming `fn` and `argument` unless `fwd` is a training-mode
+    /// record of this layer with its current heads.
+    void check_record(const char* fn, const LlamaDecoderLayerForward<T>& fwd,
+                      const std::string& argument) const;
+    friend class LlamaModel<T>;
+    friend class LlamaForCausalLM<T>;
 
     /// The attention's parameters as a Llama checkpoint names them, in transformers' order:
     /// self_attn.q_proj.weight [E, E] (and .bias), k_proj.* [Hkv D, E], v_proj.* (the row
     /// blocks of in_proj_weight and in_proj_bias), o_proj.* (out_proj.*).
     std::vector<ParameterPiece> attention_pieces() const;
 
+    headwise::detail::InstanceId id_;  // names this object in its forward records
     RMSNorm<T> input_layernorm_;
     MultiheadAttention<T> self_attn_;
     RMSNorm<T> post_attention_layernorm_;
@@ -207,7 +321,9 @@ struct LlamaCache {
 /// The Llama decoder stack as transformers' LlamaModel computes last_hidden_state:
 ///   x = embed_tokens[ids], then the N LlamaDecoderLayers, then RMSNorm.
 /// Parameters under Hugging Face's names without the "model." prefix (embed_tokens.weight,
-/// layers.N.self_attn.q_proj.weight, ..., norm.weight). Inference only, in evaluation mode.
+/// layers.N.self_attn.q_proj.weight, ..., norm.weight). Built in evaluation mode, for inference
+/// (decode, forward); after train(), forward_train and backward give every parameter's gradient
+/// and the head gates' (see forward_train).
 ///
 /// Positions (RoPE): a token's position is the number of non-padding tokens before it in its
 /// sequence, as transformers' generate() computes position_ids = cumsum(attention_mask) - 1, so
@@ -252,6 +368,31 @@ public:
     /// std::invalid_argument. Rows of padding queries are not meaningful.
     ModelOutput<T> forward(TensorView<const std::int64_t> input_ids,
                            TensorView<const bool> padding_mask, const HeadOptions<T>& heads);
+
+    /// The forward that backward differentiates: input_ids [B, L] (or [L]) ->
+    /// last_hidden_state [B, L, E] (or [L, E]) through each layer's LlamaDecoderLayer::forward
+    /// (causal, rotary positions 0..L-1, as forward with output_attentions: padding_mask [B, L]
+    /// must have each sequence's padding after its tokens, and padding rows are not meaningful).
+    /// heads.head_mask [N, H] or [H] gates each layer's heads (heads.output_attentions must be
+    /// false). With `head_mask_grad`, backward also returns d loss / d head_mask per layer and
+    /// head ([N, H]; needs every layer to have the same number of heads). In training mode
+    /// (train()) the result holds what backward needs; in eval mode only the hidden states.
+    /// Throws std::out_of_range for an id outside the vocabulary, shape_error /
+    /// std::invalid_argument for shapes, left padding, output_attentions or a head_mask_grad
+    /// the layers cannot have, before anything changes.
+    LlamaModelForward<T> forward_train(TensorView<const std::int64_t> input_ids,
+                                       TensorView<const bool> padding_mask = {},
+                                       const HeadOptions<T>& heads = {},
+                                       bool head_mask_grad = false);
+    /// Gradients of sum(last_hidden_state ⊙ grad_output) for this model's forward_train that
+    /// gave `fwd`: every parameter's gradient is added (the embedding table's rows of the
+    /// ids included; until zero_grad()), the gradient of the embedded tokens and (with
+    /// head_mask_grad) of the head gates returned. Throws std::invalid_argument for a result of
+    /// an eval-mode forward or of another model's (a copy is another model), shape_error for
+    /// grad_output of another shape than last_hidden_state, std::logic_error for weights stored
+    /// in a GGUF type or released float weights (inference-only); all before anything changes.
+    LlamaModelGradients<T> backward(const LlamaModelForward<T>& fwd,
+                                    TensorView<const T> grad_output);
 
     /// Removes query heads from the weights: `heads` {layer: [head, ...]}, head indices of the
     /// unpruned model (as BertModel::prune_heads; config().pruned_heads records them). A
@@ -303,7 +444,13 @@ public:
 
 private:
     static const LlamaConfig& checked(const LlamaConfig& c);
+    /// Throws std::invalid_argument naming `fn`, padding_mask [B, L] and `context` (where only
+    /// right padding is taken) when a sequence has a padding token before a real one (left
+    /// padding shifts the rotary positions, which only decode() follows).
+    static void check_right_padding(const char* fn, const char* context,
+                                    TensorView<const bool> padding_mask, Index B, Index L);
 
+    headwise::detail::InstanceId id_;  // names this object in its forward records
     LlamaConfig config_;
     Embedding<T> embed_tokens_;
     std::vector<LlamaDecoderLayer<T>> layers_;
@@ -394,6 +541,24 @@ public:
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
                       TensorView<const bool> padding_mask = {});
 
+    /// The forward that backward differentiates: LlamaModel::forward_train (its arguments and
+    /// errors), then lm_head: logits [B, L, V] (or [L, V]). In training mode (train()) the
+    /// result holds what backward needs; in eval mode only the logits.
+    LlamaForCausalLMForward<T> forward_train(TensorView<const std::int64_t> input_ids,
+                                             TensorView<const bool> padding_mask = {},
+                                             const HeadOptions<T>& heads = {},
+                                             bool head_mask_grad = false);
+    /// Gradients of sum(logits ⊙ grad_logits) (grad_logits: d loss / d logits, e.g.
+    /// losses::cross_entropy's) for this model's forward_train that gave `fwd`: every parameter's
+    /// gradient is added (with tied embeddings the table gets both the output layer's and the
+    /// lookup's; until zero_grad()); returns LlamaModel::backward's gradients (the embedded
+    /// tokens', the head gates' with head_mask_grad). Throws std::invalid_argument for a result
+    /// of an eval-mode forward or of another model's (a copy is another model), shape_error for
+    /// grad_logits of another shape than the logits, std::logic_error for weights stored in a
+    /// GGUF type or released float weights (inference-only); all before anything changes.
+    LlamaModelGradients<T> backward(const LlamaForCausalLMForward<T>& fwd,
+                                    TensorView<const T> grad_logits);
+
     LlamaForCausalLM& with_projection(Projection projection) {
         model_.with_projection(projection);
         return *this;
@@ -417,6 +582,7 @@ public:
 private:
     Tensor<T> logits(const Tensor<T>& hidden) const;
 
+    headwise::detail::InstanceId id_;  // names this object in its forward records
     LlamaModel<T> model_;
     Linear<T> lm_head_;  // [V, E]; [1, 1] and unused when tied
 };
@@ -656,6 +822,88 @@ Tensor<T> LlamaDecoderLayer<T>::decode(TensorView<const T> x_new, KVCache<T>& ca
 }
 
 template <class T>
+LlamaDecoderLayerForward<T> LlamaDecoderLayer<T>::forward(TensorView<const T> x,
+                                                          AttentionMasks<T> masks) {
+    constexpr const char* fn = "headwise::models::LlamaDecoderLayer::forward";
+    const Index E = self_attn_.embed_dim();
+    if ((x.rank() != 2 && x.rank() != 3) || x.shape().back() != E)
+        throw shape_error(fn, "x",
+                          "[B, L, " + std::to_string(E) + "] or [L, " + std::to_string(E) + "]",
+                          x.shape());
+    masks.is_causal = true;
+    auto s = std::make_shared<LlamaDecoderLayerActivations<T>>();
+    s->layer = id_.value();
+    s->heads = self_attn_.num_heads();
+    // 1. h = x + Attention(n1), n1 = input_layernorm(x)                    [B, L, E]
+    const Tensor<T> n1 = input_layernorm_.forward(x);
+    s->self_attn = self_attn_.forward(n1, n1, n1, masks);  // checks the masks first
+    Tensor<T> h = std::move(s->self_attn.output);  // backward reads the attention's record only
+    h.matrix() += x.matrix();
+    // 2. y = h + MLP(n2), n2 = post_attention_layernorm(h)                  [B, L, E]
+    s->mlp = mlp_.forward(post_attention_layernorm_.forward(h));
+    LlamaDecoderLayerForward<T> f;
+    f.output = std::move(s->mlp.output);  // backward reads the MLP's record only
+    f.output.matrix() += h.matrix();
+    if (this->is_training()) {
+        s->x = Tensor<T>(x);
+        s->h = std::move(h);
+        f.saved = std::move(s);
+    }
+    return f;
+}
+
+template <class T>
+void LlamaDecoderLayer<T>::check_record(const char* fn, const LlamaDecoderLayerForward<T>& fwd,
+                                        const std::string& argument) const {
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) + ": " + argument +
+                                    ": comes from a forward in eval mode, which saves nothing "
+                                    "for backward; call train() before forward");
+    // Another layer's record holds activations of other parameters: its gradients would be
+    // silently wrong, so it is refused outright.
+    if (fwd.saved->layer != id_.value())
+        throw std::invalid_argument(std::string(fn) + ": " + argument +
+                                    ": comes from another layer's forward (a copy of a layer is "
+                                    "another layer); pass a result of this layer's forward");
+    if (fwd.saved->heads != self_attn_.num_heads())
+        throw std::invalid_argument(
+            std::string(fn) + ": " + argument + ": comes from a forward of " +
+            std::to_string(fwd.saved->heads) + " heads, before prune_heads (the layer has " +
+            std::to_string(self_attn_.num_heads()) + " now); run forward again");
+}
+
+template <class T>
+Tensor<T> LlamaDecoderLayer<T>::backward(const LlamaDecoderLayerForward<T>& fwd,
+                                         TensorView<const T> dy) {
+    constexpr const char* fn = "headwise::models::LlamaDecoderLayer::backward";
+    this->check_not_stored(fn);
+    headwise::detail::check_float_weights(
+        fn, this->float_weights_released(),
+        "backward needs the float weights (the layer is inference-only)");
+    check_record(fn, fwd, "fwd");
+    headwise::detail::check_shape(fn, "grad_output", dy.shape(), fwd.output.shape());
+    const LlamaDecoderLayerActivations<T>& s = *fwd.saved;
+    // Forward's steps in reverse.
+    // 2. y = h + MLP(post_attention_layernorm(h)): dh = dy (residual) + the MLP's path.
+    const Tensor<T> d_n2 = mlp_.backward(s.mlp, dy);  // [B, L, E]
+    Tensor<T> dh(dy);                                 // [B, L, E], residual path
+    post_attention_layernorm_.backward_into(s.h, d_n2, dh);
+    // 1. h = x + Attention(input_layernorm(x)): dx = dh (residual) + the attention's path, its
+    // query, key and value gradients gathered (self-attention of n1).
+    AttentionBackwardOptions once;
+    once.combine_self = true;
+    AttentionGradients<T> g = self_attn_.backward(s.self_attn, dh, once);
+    Tensor<T> d_n1 = std::move(g.input);  // [B, L, E]
+    if (d_n1.numel() == 0) {
+        d_n1 = std::move(g.query);
+        d_n1.matrix() += g.key.matrix() + g.value.matrix();
+    }
+    Tensor<T> dx(dh);  // [B, L, E], residual path
+    input_layernorm_.backward_into(s.x, d_n1, dx);
+    return dx;
+}
+
+template <class T>
 const LlamaConfig& LlamaModel<T>::checked(const LlamaConfig& c) {
     constexpr const char* fn = "headwise::models::LlamaModel::LlamaModel";
     const auto positive = [&](const char* name, Index v) {
@@ -848,16 +1096,7 @@ ModelOutput<T> LlamaModel<T>::forward(TensorView<const std::int64_t> input_ids,
     masks.need_weights = true;
     masks.average_attn_weights = false;  // each head's: [B, H, L, L]
     if (padded) {
-        // Positions 0..L-1 are the real tokens' positions only when no padding precedes them.
-        for (Index b = 0; b < B; ++b)
-            for (Index t = 1; t < L; ++t)
-                if (padding_mask.data()[b * L + t - 1] && !padding_mask.data()[b * L + t])
-                    throw_invalid_argument(
-                        fn, "padding_mask",
-                        "padding after each sequence's tokens only with output_attentions "
-                        "(left padding shifts the rotary positions; use decode)",
-                        "padding before token " + std::to_string(t) + " of sequence " +
-                            std::to_string(b));
+        check_right_padding(fn, "with output_attentions", padding_mask, B, L);
         masks.key_padding_mask = Tensor<bool>(Shape{B, L});
         std::copy_n(padding_mask.data(), B * L, masks.key_padding_mask.data());
     }
@@ -872,6 +1111,116 @@ ModelOutput<T> LlamaModel<T>::forward(TensorView<const std::int64_t> input_ids,
         out.last_hidden_state =
             std::move(out.last_hidden_state).reshape(Shape{L, config_.hidden_size});
     return out;
+}
+
+template <class T>
+void LlamaModel<T>::check_right_padding(const char* fn, const char* context,
+                                        TensorView<const bool> padding_mask, Index B, Index L) {
+    // Positions 0..L-1 are the real tokens' positions only when no padding precedes them.
+    for (Index b = 0; b < B; ++b)
+        for (Index t = 1; t < L; ++t)
+            if (padding_mask.data()[b * L + t - 1] && !padding_mask.data()[b * L + t])
+                throw_invalid_argument(
+                    fn, "padding_mask",
+                    std::string("padding after each sequence's tokens only ") + context +
+                        " (left padding shifts the rotary positions; use decode)",
+                    "padding before token " + std::to_string(t) + " of sequence " +
+                        std::to_string(b));
+}
+
+template <class T>
+LlamaModelForward<T> LlamaModel<T>::forward_train(TensorView<const std::int64_t> input_ids,
+                                                  TensorView<const bool> padding_mask,
+                                                  const HeadOptions<T>& heads,
+                                                  bool head_mask_grad) {
+    constexpr const char* fn = "headwise::models::LlamaModel::forward_train";
+    if (input_ids.rank() != 1 && input_ids.rank() != 2)
+        throw shape_error(fn, "input_ids", "[B, L] or [L]", input_ids.shape());
+    const bool batched = input_ids.rank() == 2;
+    const Index B = batched ? input_ids.size(0) : 1, L = input_ids.size(-1);
+    if (L == 0) throw shape_error(fn, "input_ids", "at least one token", input_ids.shape());
+    const bool padded = padding_mask.data() != nullptr && padding_mask.numel() > 0;
+    if (padded)
+        headwise::detail::check_shape(fn, "padding_mask", padding_mask.shape(), input_ids.shape());
+    if (heads.output_attentions)
+        throw_invalid_argument(fn, "heads.output_attentions",
+                               "false (forward returns the attention maps)", "true");
+    std::vector<Index> heads_per_layer;
+    for (const LlamaDecoderLayer<T>& l : layers_)
+        heads_per_layer.push_back(l.self_attn().num_heads());
+    headwise::detail::check_model_head_mask(fn, heads.head_mask, heads_per_layer);
+    const Index N = static_cast<Index>(layers_.size()), H = heads_per_layer.front();
+    if (head_mask_grad)
+        for (std::size_t n = 0; n < layers_.size(); ++n)
+            if (heads_per_layer[n] != H)
+                throw_invalid_argument(
+                    fn, "head_mask_grad",
+                    "every layer with the same number of heads (layer 0 has " + std::to_string(H) +
+                        " after prune_heads)",
+                    "layer " + std::to_string(n) + " with " + std::to_string(heads_per_layer[n]));
+    AttentionMasks<T> masks;
+    if (padded) {
+        check_right_padding(fn, "in forward_train", padding_mask, B, L);
+        masks.key_padding_mask = Tensor<bool>(Shape{B, L});
+        std::copy_n(padding_mask.data(), B * L, masks.key_padding_mask.data());
+    }
+    auto s = std::make_shared<LlamaModelActivations<T>>();
+    s->model = id_.value();
+    const Shape bl{B, L};
+    Tensor<T> x = embed_tokens_.forward(input_ids.reshape(bl));  // [B, L, E], checks the ids
+    const bool keep = this->is_training();
+    if (keep) s->input_ids = Tensor<std::int64_t>(input_ids.reshape(bl));
+    if (head_mask_grad && keep) s->head_mask_grad = Tensor<T>(Shape{N, H});
+    s->layers.reserve(layers_.size());
+    for (Index i = 0; i < N; ++i) {
+        masks.head_mask = headwise::detail::layer_head_mask(heads.head_mask, i);  // [H] or empty
+        masks.head_mask_grad = s->head_mask_grad.numel() > 0
+                                   ? view(s->head_mask_grad.data() + i * H, Shape{H})
+                                   : TensorView<T>{};
+        const TensorView<const T> in =
+            i == 0 ? x.view() : s->layers.back().output.view();  // [B, L, E]
+        s->layers.push_back(layers_[static_cast<std::size_t>(i)].forward(in, masks));
+    }
+    LlamaModelForward<T> f;
+    f.last_hidden_state = norm_.forward(s->layers.back().output);  // [B, L, E]
+    if (!batched)
+        f.last_hidden_state = std::move(f.last_hidden_state).reshape(Shape{L, config_.hidden_size});
+    if (keep) f.saved = std::move(s);
+    return f;
+}
+
+template <class T>
+LlamaModelGradients<T> LlamaModel<T>::backward(const LlamaModelForward<T>& fwd,
+                                               TensorView<const T> grad_output) {
+    constexpr const char* fn = "headwise::models::LlamaModel::backward";
+    this->check_not_stored(fn);
+    headwise::detail::check_float_weights(
+        fn, this->float_weights_released(),
+        "backward needs the float weights (the model is inference-only)");
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward_train");
+    if (fwd.saved->model != id_.value())
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from another model's forward_train (a copy of a "
+                                    "model is another model); pass a result of this model's");
+    headwise::detail::check_shape(fn, "grad_output", grad_output.shape(),
+                                  fwd.last_hidden_state.shape());
+    const LlamaModelActivations<T>& s = *fwd.saved;
+    // Each layer's record checked here, before the norm's gradient is added.
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+        layers_[i].check_record(fn, s.layers[i], "fwd.layers[" + std::to_string(i) + "]");
+    const Shape& hidden = s.layers.back().output.shape();  // [B, L, E]
+    LlamaModelGradients<T> result;
+    // Forward's steps in reverse: norm, the layers from the last, the embedding lookup.
+    Tensor<T> d = norm_.backward(s.layers.back().output, grad_output.reshape(hidden));
+    if (s.head_mask_grad.numel() > 0) s.head_mask_grad.fill(T(0));
+    for (std::size_t i = layers_.size(); i-- > 0;) d = layers_[i].backward(s.layers[i], d);
+    embed_tokens_.backward(s.input_ids, d);  // the rows of the ids: d embed_tokens[ids]
+    result.inputs_embeds = std::move(d).reshape(fwd.last_hidden_state.shape());
+    if (s.head_mask_grad.numel() > 0) result.head_mask = Tensor<T>(s.head_mask_grad);
+    return result;
 }
 
 template <class T>
@@ -965,6 +1314,59 @@ template <class T>
 Tensor<T> LlamaForCausalLM<T>::forward(TensorView<const std::int64_t> input_ids,
                                        TensorView<const bool> padding_mask) {
     return logits(model_.forward(input_ids, padding_mask));
+}
+
+template <class T>
+LlamaForCausalLMForward<T> LlamaForCausalLM<T>::forward_train(
+    TensorView<const std::int64_t> input_ids, TensorView<const bool> padding_mask,
+    const HeadOptions<T>& heads, bool head_mask_grad) {
+    auto s = std::make_shared<LlamaForCausalLMActivations<T>>();
+    s->model = id_.value();
+    s->body = model_.forward_train(input_ids, padding_mask, heads, head_mask_grad);
+    LlamaForCausalLMForward<T> f;
+    f.logits = logits(s->body.last_hidden_state);  // [B, L, V]
+    if (s->body.differentiable()) {
+        f.saved = std::move(s);
+    }
+    return f;
+}
+
+template <class T>
+LlamaModelGradients<T> LlamaForCausalLM<T>::backward(const LlamaForCausalLMForward<T>& fwd,
+                                                     TensorView<const T> grad_logits) {
+    constexpr const char* fn = "headwise::models::LlamaForCausalLM::backward";
+    this->check_not_stored(fn);
+    headwise::detail::check_float_weights(
+        fn, this->float_weights_released(),
+        "backward needs the float weights (the model is inference-only)");
+    if (!fwd.saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward_train");
+    if (fwd.saved->model != id_.value())
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from another model's forward_train (a copy of a "
+                                    "model is another model); pass a result of this model's");
+    headwise::detail::check_shape(fn, "grad_logits", grad_logits.shape(), fwd.logits.shape());
+    const LlamaModelForward<T>& body = fwd.saved->body;
+    for (std::size_t i = 0; i < model_.layers().size(); ++i)
+        model_.layers()[i].check_record(fn, body.saved->layers[i],
+                                        "fwd.layers[" + std::to_string(i) + "]");
+    // logits = hidden W^T, W = lm_head.weight [V, E] or, tied, embed_tokens.weight:
+    // d hidden = d logits W, dW += d logits^T hidden.
+    const TensorView<const T> hidden = body.last_hidden_state.view();  // [B, L, E] ([L, E])
+    Tensor<T> d_hidden;
+    if (!model_.config().tie_word_embeddings) {
+        d_hidden = lm_head_.backward(hidden, grad_logits);
+    } else {
+        Embedding<T>& table = model_.embed_tokens();
+        const TensorView<const T> W = static_cast<const Embedding<T>&>(table).weight();  // [V, E]
+        d_hidden = Tensor<T>(hidden.shape());
+        d_hidden.matrix().noalias() = grad_logits.matrix() * W.matrix();
+        table.grad_weight().matrix().noalias() +=
+            grad_logits.matrix().transpose() * hidden.matrix();
+    }
+    return model_.backward(body, d_hidden);
 }
 
 }  // namespace headwise::models
