@@ -320,6 +320,30 @@ TEST_CASE("from_gguf refuses malformed rope scaling keys, naming the key and the
           LlamaConfig::from_json_file(model_dir("yarn") + "/config.json").rope_scaling);
 }
 
+TEST_CASE("from_gguf reads a rope.scaling.factor without a type as linear, as llama.cpp does") {
+    ScratchDir dir("llama-gguf-rope-untyped");
+    GgufParts parts("model");  // linear, factor 2
+    parts.erase("llama.rope.scaling.type");
+    const std::string path = parts.save(dir, "untyped.gguf");
+    const LlamaConfig c = LlamaConfig::from_gguf(headwise::io::load_gguf(path));
+    CHECK(c.rope_scaling_factor == 2.0);
+    CHECK(c.rope_scaling.type == RopeScalingType::none);
+}
+
+TEST_CASE("from_gguf reads a rope_freqs.weight stored as F16") {
+    ScratchDir dir("llama-gguf-rope-f16");
+    GgufParts parts("llama3");
+    static const std::uint16_t kHalves[4] = {0x3C00, 0x4000, 0x4800, 0x4800};  // 1, 2, 8, 8
+    for (headwise::io::GgufTensorData& t : parts.tensors)
+        if (t.name == "rope_freqs.weight") {
+            t.type = Type::f16;
+            t.bytes = kHalves;
+        }
+    const std::string path = parts.save(dir, "f16.gguf");
+    const LlamaConfig c = LlamaConfig::from_gguf(headwise::io::load_gguf(path));
+    CHECK(c.rope_scaling.frequency_factors == std::vector<double>{1.0, 2.0, 8.0, 8.0});
+}
+
 TEST_CASE("from_gguf refuses a rope_freqs.weight of the wrong shape, values or architecture") {
     ScratchDir dir("llama-gguf-rope-freqs");
     struct Case {
