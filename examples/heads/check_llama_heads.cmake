@@ -4,7 +4,8 @@
 #   -D WORK=<a scratch directory>
 # The file is $HEADWISE_SMOLLM2_GGUF, else ~/.cache/headwise/models/ (as the SmolLM2 model tests
 # find it). The heads of layers 0 and 1 scored on one window of 8 tokens, evaluated on 2 windows
-# of 16, one random draw, one speed round: exit status 0, a finite loss, a table of 2 layers of 9
+# of 16, one random draw, one speed round: exit status 0, a finite loss, the gradient within 2%
+# of the largest importance of central differences on 2 heads, a table of 2 layers of 9
 # non-negative importances, a CSV of 18 rows, pruning no head giving the unpruned perplexity bit
 # for bit, for 10/25/50% (3, 5 and 9 of the 18 heads: the nearest counts grouped-query attention
 # allows) one line by importance and one random, each with a finite perplexity and a
@@ -21,15 +22,23 @@ endif()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 execute_process(COMMAND "${LLAMA_HEADS}" "${model}" "${TEXT}" --layers 2 --windows 1
-                        --window-tokens 8 --context 16 --eval-windows 2 --draws 1
+                        --window-tokens 8 --check-heads 2 --context 16 --eval-windows 2 --draws 1
                         --speed-rounds 1 --prefill-tokens 8 --decode-tokens 2 --csv "${WORK}/i.csv"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "llama_heads exited with '${rc}': ${err}")
 endif()
 set(number "[0-9]+\\.[0-9]+")
-if(NOT out MATCHES "\nloss ${number} at xi = 1; 18 heads scored with 36 forwards")
+if(NOT out MATCHES "\nloss ${number} at xi = 1; 18 heads scored by backward")
   message(FATAL_ERROR "llama_heads printed no finite loss and head count:\n${out}")
+endif()
+# The gates' gradient from backward against central differences (step 1e-2, in float) on 2 heads.
+if(NOT out MATCHES "largest difference [-+.e0-9]+, (${number}) of the largest importance")
+  message(FATAL_ERROR "llama_heads printed no comparison with central differences:\n${out}")
+endif()
+if(NOT CMAKE_MATCH_1 LESS 0.02)
+  message(FATAL_ERROR "backward and central differences differ by ${CMAKE_MATCH_1} of the "
+                      "largest importance (at most 0.02 expected):\n${out}")
 endif()
 # CMake's regular expressions have no {n}: the 9 columns written out.
 string(REPEAT " +${number}" 9 columns)

@@ -2,21 +2,25 @@
 // llama_heads: which attention heads of a Llama-family causal LM (SmolLM2-135M-Instruct) matter
 // for its perplexity, and what pruning the others costs and gains.
 //
-//   llama_heads MODEL.gguf TEXTFILE [--windows W] [--window-tokens C] [--layers K] [--step H]
-//               [--context N] [--eval-windows E] [--draws D] [--seed S] [--speed-rounds R]
+//   llama_heads MODEL.gguf TEXTFILE [--importance gradient|differences] [--windows W]
+//               [--window-tokens C] [--layers K] [--step H] [--check-heads M] [--context N]
+//               [--eval-windows E] [--draws D] [--seed S] [--speed-rounds R]
 //               [--prefill-tokens P] [--decode-tokens T] [--csv FILE] [--threads N]
 //
 // The text is tokenized as the perplexity program does (BOS when the model adds it, one final
-// newline dropped) and split in two: the first W windows of C tokens (default 4 of 64) score
+// newline dropped) and split in two: the first W windows of C tokens (default 16 of 64) score
 // the heads, the tokens after them measure the pruned models (E windows of N, default 4 of 256,
 // models::perplexity: llama-perplexity's windows, second halves scored). Two parts, so that the
 // heads are not chosen on the very tokens that judge the choice.
 // Loss: window w's mean next-token cross entropy L_w (every position, first token BOS).
 // Importance (Michel et al. 2019): I_h = mean_w |d L_w / d xi_h| at xi = 1, xi_h the gate of
-// head h (LlamaModel's head_mask), weights dequantized to float (GgufWeights::float32), by
-// central differences with step H (default 1e-2): two forwards per head. Only the first K layers'
-// heads are scored and pruned with --layers K (default all). Printed as a table, written as CSV
-// with --csv (heatmap.py draws it).
+// head h (LlamaModel's head_mask), weights dequantized to float (GgufWeights::float32). With
+// gradient (the default), from the gates' gradient that LlamaForCausalLM::backward returns: one
+// forward and backward per window; M heads (default 6) spread over the layers are also scored by
+// central differences and the two printed side by side. With differences, by central differences
+// with step H (default 1e-2) alone: two forwards of the W windows per head. Only the first K
+// layers' heads are scored and pruned with --layers K (default all). Printed as a table, written
+// as CSV with --csv (heatmap.py draws it).
 // Pruning: 10, 25 and 50% of the scored query heads, the least important first and in D random
 // orders (default 3, seeded). Grouped-query attention: a key/value head goes only with its whole
 // group, and a layer's remaining groups keep equally many query heads (LlamaModel::prune_heads),
@@ -60,8 +64,9 @@ using Model = headwise::models::LlamaForCausalLM<float>;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
-    "usage: llama_heads MODEL.gguf TEXTFILE [--windows W] [--window-tokens C] [--layers K]\n"
-    "                   [--step H] [--context N] [--eval-windows E] [--draws D] [--seed S]\n"
+    "usage: llama_heads MODEL.gguf TEXTFILE [--importance gradient|differences] [--windows W]\n"
+    "                   [--window-tokens C] [--layers K] [--step H] [--check-heads M]\n"
+    "                   [--context N] [--eval-windows E] [--draws D] [--seed S]\n"
     "                   [--speed-rounds R] [--prefill-tokens P] [--decode-tokens T]\n"
     "                   [--csv FILE] [--threads N]\n";
 
@@ -87,72 +92,93 @@ double load_average() {
     return in ? load : -1;
 }
 
-// The output matrix [V, E] the logits multiply by: lm_head.weight, or the embedding table when
-// the embeddings are tied.
-Tensor<float> output_weight(Model& model) {
-    const auto state = model.state_dict();
-    return state.at(model.config().tie_word_embeddings ? "model.embed_tokens.weight"
-                                                       : "lm_head.weight");
+// L of one window: the mean over positions t < C - 1 of -log softmax(logits_t)[ids[t + 1]],
+// logits [C, V]; in double, the row maximum subtracted so that no exp overflows. With `grad`
+// ([C, V]), d L / d logits written into it: (softmax(logits_t) - onehot(ids[t + 1])) / (C - 1),
+// zero in the last row (it predicts nothing).
+double window_loss(const float* logits, const std::int64_t* ids, Index C, Index V, float* grad) {
+    double loss = 0;
+    const double n = static_cast<double>(C - 1);
+    for (Index t = 0; t + 1 < C; ++t) {
+        const float* row = logits + t * V;
+        double top = row[0];
+        for (Index v = 1; v < V; ++v) top = std::max(top, static_cast<double>(row[v]));
+        double sum = 0;
+        for (Index v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+        loss += top + std::log(sum) - row[ids[t + 1]];
+        if (grad != nullptr) {
+            for (Index v = 0; v < V; ++v)
+                grad[t * V + v] =
+                    static_cast<float>(std::exp(static_cast<double>(row[v]) - top) / sum / n);
+            grad[t * V + ids[t + 1]] -= static_cast<float>(1.0 / n);
+        }
+    }
+    if (grad != nullptr) std::fill_n(grad + (C - 1) * V, V, 0.0f);
+    return loss / n;
 }
 
-// L_w of each window of `windows` [W, C]: the mean over positions t < C - 1 of
-// -log softmax(logits_t)[windows(w, t + 1)], the logits under the gates head_mask [N, H]
-// (empty: none). In double from the float logits; the row maximum subtracted so that no exp
-// overflows.
-std::vector<double> window_losses(Model& model, const Tensor<float>& out_weight,
-                                  const Tensor<std::int64_t>& windows,
+// L_w of each window of `windows` [W, C] under the gates head_mask [N, H] (empty: none).
+std::vector<double> window_losses(Model& model, const Tensor<std::int64_t>& windows,
                                   const Tensor<float>& head_mask) {
-    const Index W = windows.shape()[0], C = windows.shape()[1];
-    const Index V = out_weight.shape()[0], E = out_weight.shape()[1];
+    const Index W = windows.shape()[0], C = windows.shape()[1], V = model.config().vocab_size;
     headwise::models::HeadOptions<float> heads;
     if (head_mask.numel() > 0) heads.head_mask = head_mask;
-    const Tensor<float> hidden =
-        model.model().forward(windows, {}, heads).last_hidden_state;  // [W, C, E]
-    Tensor<float> logits = Tensor<float>::uninitialized(headwise::Shape{W * C, V});
-    logits.matrix().noalias() =
-        hidden.view().reshape(headwise::Shape{W * C, E}).matrix() * out_weight.matrix().transpose();
-    std::vector<double> loss(static_cast<std::size_t>(W), 0.0);
-    for (Index w = 0; w < W; ++w) {
-        for (Index t = 0; t + 1 < C; ++t) {
-            const float* row = logits.data() + (w * C + t) * V;
-            double top = row[0];
-            for (Index v = 1; v < V; ++v) top = std::max(top, static_cast<double>(row[v]));
-            double sum = 0;
-            for (Index v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-            const std::int64_t y = windows(w, t + 1);
-            loss[static_cast<std::size_t>(w)] += top + std::log(sum) - row[y];
-        }
-        loss[static_cast<std::size_t>(w)] /= static_cast<double>(C - 1);
-    }
+    const Tensor<float> logits = model.forward_train(windows, {}, heads).logits;  // [W, C, V]
+    std::vector<double> loss(static_cast<std::size_t>(W));
+    for (Index w = 0; w < W; ++w)
+        loss[static_cast<std::size_t>(w)] =
+            window_loss(logits.data() + w * C * V, windows.data() + w * C, C, V, nullptr);
     return loss;
 }
 
-// I [K, H] of the first K layers' heads: mean over windows of |d L_w / d xi_h| at xi = 1,
-// by central differences of step `step` in the gate (2 K H forwards of the windows).
-Tensor<double> head_importance(Model& model, const Tensor<float>& out_weight,
-                               const Tensor<std::int64_t>& windows, Index K, double step) {
+// mean_w |d L_w / d xi_h| at xi = 1 of each head (layer, head) of `heads`, by central
+// differences of step `step` in its gate: two forwards of the windows per head.
+std::vector<double> importance_by_differences(Model& model, const Tensor<std::int64_t>& windows,
+                                              const std::vector<std::pair<Index, Index>>& heads,
+                                              double step) {
     const Index N = model.config().num_hidden_layers, H = model.config().num_attention_heads;
     const Index W = windows.shape()[0];
-    Tensor<double> importance(headwise::Shape{K, H});
     Tensor<float> gates(headwise::Shape{N, H});
     for (Index k = 0; k < N * H; ++k) gates.data()[k] = 1.0f;
-    for (Index l = 0; l < K; ++l)
-        for (Index h = 0; h < H; ++h) {
-            gates(l, h) = static_cast<float>(1.0 + step);
-            const std::vector<double> up = window_losses(model, out_weight, windows, gates);
-            gates(l, h) = static_cast<float>(1.0 - step);
-            const std::vector<double> down = window_losses(model, out_weight, windows, gates);
-            gates(l, h) = 1.0f;
-            // The steps as float holds them: 1 + step is rounded.
-            const double width = static_cast<double>(static_cast<float>(1.0 + step)) -
-                                 static_cast<double>(static_cast<float>(1.0 - step));
-            double sum = 0;
-            for (Index w = 0; w < W; ++w)
-                sum +=
-                    std::abs(up[static_cast<std::size_t>(w)] - down[static_cast<std::size_t>(w)]) /
-                    width;
-            importance(l, h) = sum / static_cast<double>(W);
-        }
+    // The steps as float holds them: 1 + step is rounded.
+    const double width = static_cast<double>(static_cast<float>(1.0 + step)) -
+                         static_cast<double>(static_cast<float>(1.0 - step));
+    std::vector<double> importance;
+    for (const auto& [l, h] : heads) {
+        gates(l, h) = static_cast<float>(1.0 + step);
+        const std::vector<double> up = window_losses(model, windows, gates);
+        gates(l, h) = static_cast<float>(1.0 - step);
+        const std::vector<double> down = window_losses(model, windows, gates);
+        gates(l, h) = 1.0f;
+        double sum = 0;
+        for (Index w = 0; w < W; ++w)
+            sum += std::abs(up[static_cast<std::size_t>(w)] - down[static_cast<std::size_t>(w)]);
+        importance.push_back(sum / width / static_cast<double>(W));
+    }
+    return importance;
+}
+
+// I [N, H]: mean_w |d L_w / d xi_h| at xi = 1 of every head, from the gates' gradient that
+// backward returns (LlamaForCausalLM::forward_train with head_mask_grad): one forward and one
+// backward per window.
+Tensor<double> importance_by_gradient(Model& model, const Tensor<std::int64_t>& windows) {
+    const Index N = model.config().num_hidden_layers, H = model.config().num_attention_heads;
+    const Index W = windows.shape()[0], C = windows.shape()[1], V = model.config().vocab_size;
+    Tensor<double> importance(headwise::Shape{N, H});
+    model.train();
+    Tensor<std::int64_t> ids(headwise::Shape{1, C});
+    Tensor<float> grad(headwise::Shape{1, C, V});
+    for (Index w = 0; w < W; ++w) {
+        std::copy_n(windows.data() + w * C, C, ids.data());
+        const auto f = model.forward_train(ids, {}, {}, /*head_mask_grad=*/true);
+        window_loss(f.logits.data(), ids.data(), C, V, grad.data());
+        const auto g = model.backward(f, grad);
+        for (Index k = 0; k < N * H; ++k)
+            importance.data()[k] +=
+                std::abs(static_cast<double>(g.head_mask.data()[k])) / static_cast<double>(W);
+    }
+    model.zero_grad();
+    model.eval();
     return importance;
 }
 
@@ -309,10 +335,11 @@ std::string read_text(const std::string& path) {
 }
 
 struct Options {
-    Index windows = 4, window_tokens = 64, layers = 0, context = 256, eval_windows = 4;
+    Index windows = 16, window_tokens = 64, layers = 0, context = 256, eval_windows = 4;
     Index draws = 3, seed = 1, speed_rounds = 3, prefill_tokens = 128, decode_tokens = 32;
-    Index threads = 1;
+    Index threads = 1, check_heads = 6;
     double step = 1e-2;
+    bool gradient = true;  // --importance gradient (else differences)
     std::string csv;
 };
 
@@ -335,7 +362,8 @@ int main(int argc, char** argv) {
                                                     {"--speed-rounds", &o.speed_rounds},
                                                     {"--prefill-tokens", &o.prefill_tokens},
                                                     {"--decode-tokens", &o.decode_tokens},
-                                                    {"--threads", &o.threads}};
+                                                    {"--threads", &o.threads},
+                                                    {"--check-heads", &o.check_heads}};
     for (int i = 3; i < argc; ++i) {
         const std::string arg = argv[i];
         if (i + 1 >= argc) {
@@ -346,8 +374,13 @@ int main(int argc, char** argv) {
         const char* value = argv[++i];
         char* end = nullptr;
         bool ok = true;
+        const char* expected = "a non-negative number";
         if (arg == "--csv") {
             o.csv = value;
+        } else if (arg == "--importance") {
+            o.gradient = std::string(value) == "gradient";
+            ok = o.gradient || std::string(value) == "differences";
+            expected = "gradient or differences";
         } else if (arg == "--step") {
             o.step = std::strtod(value, &end);
             ok = *end == '\0' && o.step > 0 && o.step < 0.5;
@@ -359,8 +392,8 @@ int main(int argc, char** argv) {
             return 2;
         }
         if (!ok) {
-            std::fprintf(stderr, "llama_heads: %s needs a non-negative number, got \"%.40s\"\n%s",
-                         arg.c_str(), value, kUsage);
+            std::fprintf(stderr, "llama_heads: %s needs %s, got \"%.40s\"\n%s", arg.c_str(),
+                         expected, value, kUsage);
             return 2;
         }
     }
@@ -418,18 +451,57 @@ int main(int argc, char** argv) {
             static_cast<long long>(W * C), static_cast<long long>(W * C + eval_size - 1),
             static_cast<long long>(o.eval_windows), static_cast<long long>(Nctx));
 
-        const Tensor<float> out_weight = output_weight(model);
         double base_loss = 0;
-        for (double l : window_losses(model, out_weight, windows, {}))
-            base_loss += l / static_cast<double>(W);
+        for (double l : window_losses(model, windows, {})) base_loss += l / static_cast<double>(W);
+        Tensor<double> importance(headwise::Shape{K, H});
+        const double scoring_load = load_average();
         const Clock::time_point scoring = Clock::now();
-        const Tensor<double> importance = head_importance(model, out_weight, windows, K, o.step);
-        const double scoring_seconds = seconds_since(scoring);
-        std::printf(
-            "loss %.6f at xi = 1; %lld heads scored with %lld forwards in %.1f s (%lld "
-            "thread(s), load average %.1f)\n",
-            base_loss, static_cast<long long>(K * H), static_cast<long long>(2 * K * H),
-            scoring_seconds, static_cast<long long>(o.threads), load_average());
+        if (o.gradient) {
+            const Tensor<double> all = importance_by_gradient(model, windows);  // [N, H]
+            std::copy_n(all.data(), K * H, importance.data());
+            std::printf(
+                "loss %.6f at xi = 1; %lld heads scored by backward (%lld windows, a forward and a "
+                "backward each) "
+                "in %.1f s, %lld thread(s), load average %.1f before\n",
+                base_loss, static_cast<long long>(K * H), static_cast<long long>(W),
+                seconds_since(scoring), static_cast<long long>(o.threads), scoring_load);
+            // A few heads, spread over the layers, by central differences too.
+            std::vector<std::pair<Index, Index>> checked;
+            for (Index k = 0; k < std::min<Index>(o.check_heads, K * H); ++k) {
+                const Index i = k * (K * H) / std::min<Index>(o.check_heads, K * H);
+                checked.emplace_back(i / H, i % H);
+            }
+            const Clock::time_point differences = Clock::now();
+            const std::vector<double> by_differences =
+                importance_by_differences(model, windows, checked, o.step);
+            double top = 0, worst = 0;
+            for (Index k = 0; k < K * H; ++k) top = std::max(top, importance.data()[k]);
+            for (std::size_t k = 0; k < checked.size(); ++k) {
+                const auto [l, h] = checked[k];
+                worst = std::max(worst, std::abs(importance(l, h) - by_differences[k]));
+                std::printf("  layer %2lld head %lld: backward %.6f, central differences %.6f\n",
+                            static_cast<long long>(l), static_cast<long long>(h), importance(l, h),
+                            by_differences[k]);
+            }
+            if (!checked.empty())
+                std::printf(
+                    "backward against central differences (step %g, %lld forwards in %.1f s): "
+                    "largest difference %.3g, %.4f of the largest importance\n",
+                    o.step, static_cast<long long>(2 * checked.size()), seconds_since(differences),
+                    worst, top > 0 ? worst / top : 0.0);
+        } else {
+            std::vector<std::pair<Index, Index>> all;
+            for (Index l = 0; l < K; ++l)
+                for (Index h = 0; h < H; ++h) all.emplace_back(l, h);
+            const std::vector<double> by_differences =
+                importance_by_differences(model, windows, all, o.step);
+            std::copy(by_differences.begin(), by_differences.end(), importance.data());
+            std::printf(
+                "loss %.6f at xi = 1; %lld heads scored by central differences (%lld forwards) in "
+                "%.1f s, %lld thread(s), load average %.1f before\n",
+                base_loss, static_cast<long long>(K * H), static_cast<long long>(2 * K * H),
+                seconds_since(scoring), static_cast<long long>(o.threads), scoring_load);
+        }
         heads_report::print_importance(importance, "mean over windows of |d L_w / d xi_h|");
         if (!o.csv.empty() && !heads_report::write_importance_csv(o.csv, importance)) {
             std::fprintf(stderr, "llama_heads: cannot write %s\n", o.csv.c_str());
