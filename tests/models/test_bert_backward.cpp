@@ -19,6 +19,7 @@
 
 #include "support/catch.hpp"
 #include "support/instantiations.hpp"
+#include "support/projections.hpp"
 
 namespace test_bert_backward {
 
@@ -329,6 +330,38 @@ TEST_CASE("BertModel forward_train computes what forward computes") {
                 a.add(f.attentions[n].data()[i], want.attentions[n].data()[i]);
             CHECK(a.diff < 1e-13);
         }
+    }
+}
+
+TEST_CASE("BertModel backward gives the same gradients under each projection") {
+    BertModel<double> model = tiny_model(tiny_config(), 37);
+    const Batch in(true);
+    model.train();
+    std::vector<Tensor<double>> want;
+    Tensor<double> want_gates;
+    for (Projection p : headwise::test::kProjections) {
+        CAPTURE(static_cast<int>(p));
+        model.with_projection(p);
+        model.zero_grad();
+        const BertGradients<double> g =
+            model.backward(model.forward_train(in.ids, in.padding, in.types, {}, true), in.w);
+        std::vector<Tensor<double>> grads;
+        for (const Parameter<double>& q : model.parameters()) grads.emplace_back(q.grad);
+        if (want.empty()) {
+            want = grads;
+            want_gates = g.head_mask;
+            continue;
+        }
+        for (std::size_t k = 0; k < grads.size(); ++k) {
+            Compare cmp;
+            for (Index i = 0; i < grads[k].numel(); ++i)
+                cmp.add(grads[k].data()[i], want[k].data()[i]);
+            CHECK(cmp.diff < 1e-12);
+        }
+        Compare gates;
+        for (Index i = 0; i < want_gates.numel(); ++i)
+            gates.add(g.head_mask.data()[i], want_gates.data()[i]);
+        CHECK(gates.diff < 1e-12);
     }
 }
 
