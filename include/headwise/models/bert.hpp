@@ -574,9 +574,9 @@ const BertConfig& BertModel<T>::checked(const BertConfig& c) {
                                "must divide hidden_size = " + std::to_string(c.hidden_size),
                                std::to_string(c.num_attention_heads));
     // The same checks as prune_heads, on the pruned heads as a list to prune.
-    detail::plan_head_pruning(std::string(fn) + ": config.pruned_heads", c.pruned_heads,
-                              c.num_hidden_layers, c.num_attention_heads, c.num_attention_heads,
-                              {});
+    headwise::detail::plan_head_pruning(std::string(fn) + ": config.pruned_heads", c.pruned_heads,
+                                        c.num_hidden_layers, c.num_attention_heads,
+                                        c.num_attention_heads, {});
     return c;
 }
 
@@ -772,9 +772,9 @@ BertGradients<T> BertModel<T>::backward(const BertForward<T>& fwd,
 template <class T>
 BertModel<T>& BertModel<T>::prune_heads(const HeadsToPrune& heads) {
     const std::string fn = std::string(kName) + "::prune_heads";
-    const auto plan =
-        detail::plan_head_pruning(fn, heads, config_.num_hidden_layers, config_.num_attention_heads,
-                                  config_.num_attention_heads, config_.pruned_heads);
+    const auto plan = headwise::detail::plan_head_pruning(
+        fn, heads, config_.num_hidden_layers, config_.num_attention_heads,
+        config_.num_attention_heads, config_.pruned_heads);
     if (plan.empty()) return *this;
     if (this->precision() != Precision::float32 || this->float_weights_released())
         throw std::logic_error(fn +
@@ -782,7 +782,7 @@ BertModel<T>& BertModel<T>::prune_heads(const HeadsToPrune& heads) {
                                "released them); with_precision(Precision::float32) first");
     for (const auto& [layer, now] : plan)
         layers_[static_cast<std::size_t>(layer)].attention().prune_heads(now);
-    detail::record_pruned_heads(config_.pruned_heads, heads);
+    headwise::detail::record_pruned_heads(config_.pruned_heads, heads);
     return *this;
 }
 
@@ -813,7 +813,7 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
                                       input_ids.shape());
     std::vector<Index> heads_per_layer;
     for (const BertLayer<T>& l : layers_) heads_per_layer.push_back(l.attention().num_heads());
-    detail::check_model_head_mask(fn, heads.head_mask, heads_per_layer);
+    headwise::detail::check_model_head_mask(fn, heads.head_mask, heads_per_layer);
 
     // Embeddings (Devlin et al. 2019, Section 3.2): the sum of the token, position and segment
     // embeddings, then LayerNorm.
@@ -872,7 +872,8 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
         saved->layers.reserve(n);
         saved->heads = heads_per_layer;
         for (std::size_t i = 0; i < n; ++i) {
-            masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
+            masks.head_mask =
+                headwise::detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
             if (gate_grads) {
                 const Index H = layers_[i].attention().num_heads();
                 saved->gate_grads->emplace_back(Shape{B, H});
@@ -894,7 +895,7 @@ ModelOutput<T> BertModel<T>::run(TensorView<const std::int64_t> input_ids,
         return out;
     }
     for (std::size_t i = 0; i < n; ++i) {
-        masks.head_mask = detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
+        masks.head_mask = headwise::detail::layer_head_mask(heads.head_mask, static_cast<Index>(i));
         x = layers_[i].forward(x, masks, heads.output_attentions ? out.attentions[i] : unused);
         if (i + 1 < n) layers_[i + 1].attention().swap_eval_buffers(layers_[i].attention());
     }
