@@ -56,9 +56,9 @@ static_assert(module_traits<headwise::MultiheadAttention<double>, 1>::inputs == 
 static_assert(module_traits<headwise::TransformerDecoderLayer<double>, 2>::convention ==
               BackwardConvention::gradients);
 static_assert(module_traits<headwise::TransformerDecoderLayer<double>, 1>::inputs == 2);
-// The Llama decoder layer is inference only (decode with a KV cache, no backward): it fits none.
+// The Llama decoder layer: forward(x, masks) keeps a record, backward(record, dy) gives dx.
 static_assert(module_traits<headwise::models::LlamaDecoderLayer<double>, 1>::convention ==
-              BackwardConvention::none);
+              BackwardConvention::record);
 static_assert(module_traits<headwise::Embedding<double>, 1>::convention ==
               BackwardConvention::none);
 
