@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Draws the CSV that `heads --csv FILE` writes as a heatmap PNG (layers down, heads across).
+"""Draws the CSV that `heads --csv FILE` or `llama_heads --csv FILE` writes as a heatmap PNG
+(layers down, heads across; layers across when there are more than twice as many as heads).
 
     python heatmap.py importance.csv heads.png
 
@@ -23,20 +24,30 @@ def main(source, target):
         grid[int(r["layer"])][int(r["head"])] = float(r["importance"])
     top = max(max(row) for row in grid) or 1.0
     grid = [[v / top for v in row] for row in grid]  # relative to the largest, as heads prints
-    fig, ax = plt.subplots(figsize=(1 + 0.6 * heads, 1 + 0.5 * layers))
+    # Many layers of few heads (SmolLM2: 30 x 9) read better, and take fewer bytes, lying down:
+    # layers across, heads down.
+    across, down = "head", "layer"
+    if layers > 2 * heads:
+        grid = [list(column) for column in zip(*grid)]
+        across, down = "layer", "head"
+    rows, columns = len(grid), len(grid[0])
+    wide = columns > 12  # narrower cells, smaller figures, a thinner colour bar
+    fig, ax = plt.subplots(figsize=(1.5 + 0.42 * columns if wide else 1 + 0.6 * columns,
+                                    1 + 0.5 * rows))
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    ax.set_xticks(range(columns))
+    ax.set_yticks(range(rows))
+    ax.set_xlabel(across)
+    ax.set_ylabel(down)
     ax.set_title(f"head importance I_h / {top:.3g} (Michel et al. 2019)")
-    for i in range(layers):
-        for j in range(heads):
-            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center", fontsize=7,
+    for i in range(rows):
+        for j in range(columns):
+            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center",
+                    fontsize=6 if wide else 7,
                     color="black" if grid[i][j] > 0.6 else "white")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, fraction=0.03 if wide else 0.15)
     fig.tight_layout()
-    fig.savefig(target, dpi=100)
+    fig.savefig(target, dpi=80 if wide else 100)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@
 // so a layer loses 0, G, ... heads in the shapes that allows; among those, the heads pruned are
 // the ones of the smallest total score (choose_heads). Each pruned model's perplexity on the
 // evaluation tokens, float32 and quantized to Q4_1 after pruning, then the prefill and decode
-// speed of the models pruned by importance against the unpruned ones (R rounds alternating, the
-// medians; the machine's load average printed beside them).
+// speed of the models pruned by importance against the unpruned ones (a warm-up round, then R
+// rounds alternating, default 5, the medians; the machine's load average printed beside them).
 #include <headwise/headwise.hpp>
 #include <headwise/io/gguf.hpp>
 #include <headwise/models/llama.hpp>
@@ -336,7 +336,7 @@ std::string read_text(const std::string& path) {
 
 struct Options {
     Index windows = 16, window_tokens = 64, layers = 0, context = 256, eval_windows = 4;
-    Index draws = 3, seed = 1, speed_rounds = 3, prefill_tokens = 128, decode_tokens = 32;
+    Index draws = 3, seed = 1, speed_rounds = 5, prefill_tokens = 128, decode_tokens = 64;
     Index threads = 1, check_heads = 6;
     double step = 1e-2;
     bool gradient = true;  // --importance gradient (else differences)
@@ -586,15 +586,17 @@ int main(int argc, char** argv) {
             const std::vector<std::int64_t> text(tokens.begin() + W * C, tokens.end());
             std::vector<std::vector<double>> prefill(all.size()), decode(all.size());
             const double load_before = load_average();
-            for (Index r = 0; r < o.speed_rounds; ++r)
+            for (Index r = -1; r < o.speed_rounds; ++r)  // round -1 warms up, not counted
                 for (std::size_t m = 0; m < all.size(); ++m) {
                     const auto [p, d] = speed(*all[m], text, o.prefill_tokens, o.decode_tokens);
+                    if (r < 0) continue;
                     prefill[m].push_back(p);
                     decode[m].push_back(d);
                 }
             std::printf(
                 "\nspeed: prefill %lld tokens, then decode %lld one at a time; median of %lld "
-                "rounds, %lld thread(s); load average %.1f before, %.1f after (shared machine: "
+                "rounds after a warm-up, %lld thread(s); load average %.1f before, %.1f after "
+                "(shared machine: "
                 "rough figures)\n",
                 static_cast<long long>(o.prefill_tokens), static_cast<long long>(o.decode_tokens),
                 static_cast<long long>(o.speed_rounds), static_cast<long long>(o.threads),
