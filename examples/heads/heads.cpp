@@ -22,7 +22,7 @@
 #include <algorithm>  // std::sort, std::shuffle, std::min
 #include <cmath>      // std::exp, std::log, std::abs, std::lround
 #include <cstdint>    // std::uint64_t
-#include <cstdio>     // std::printf, std::fprintf, std::FILE
+#include <cstdio>     // std::printf, std::fprintf
 #include <cstdlib>    // std::strtoll, std::strtod
 #include <exception>  // std::exception
 #include <fstream>    // std::ifstream

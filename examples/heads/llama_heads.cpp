@@ -35,12 +35,12 @@
 #include <headwise/models/perplexity.hpp>
 #include <headwise/text/pretrained_tokenizer.hpp>
 
-#include <algorithm>  // std::sort, std::stable_sort, std::min, std::max, std::nth_element
+#include <algorithm>  // std::sort, std::stable_sort, std::min, std::max, std::copy_n, std::fill_n
 #include <chrono>     // std::chrono::steady_clock
-#include <cmath>      // std::exp, std::log, std::abs, std::lround, std::isfinite
+#include <cmath>      // std::exp, std::log, std::abs, std::lround
 #include <cstdint>    // std::int64_t, std::uint64_t
-#include <cstdio>     // std::printf, std::fprintf, std::fopen, std::fgets
-#include <cstdlib>    // std::strtod
+#include <cstdio>     // std::printf, std::fprintf, std::fputs
+#include <cstdlib>    // std::strtod, std::strtoll
 #include <exception>  // std::exception
 #include <fstream>    // std::ifstream
 #include <iterator>   // std::istreambuf_iterator
