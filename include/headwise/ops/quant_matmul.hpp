@@ -6,13 +6,14 @@
 
 #include <Eigen/Core>
 
-#include <algorithm>  // std::max, std::min
-#include <cmath>      // std::fabs, std::isfinite, std::nearbyint
-#include <cstdint>    // std::uint8_t, std::int8_t, std::uint16_t, std::uint32_t, std::uint64_t
-#include <cstring>    // std::memcpy
-#include <limits>     // std::numeric_limits
-#include <string>     // std::string, std::to_string
-#include <vector>     // std::vector
+#include <algorithm>    // std::max, std::min
+#include <cmath>        // std::fabs, std::isfinite, std::nearbyint
+#include <cstdint>      // std::uint8_t, std::int8_t, std::uint16_t, std::uint32_t, std::uint64_t
+#include <cstring>      // std::memcpy
+#include <limits>       // std::numeric_limits
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
 
 #include "../config.hpp"
 #include "../detail/parallel.hpp"
@@ -93,6 +94,12 @@ inline constexpr Index kQuantPanelRows = 64;
 /// W.data not null when it is; a readable type; `kernels` = avx2 on a CPU without AVX2, FMA and
 /// F16C. Throws std::invalid_argument (shape_error for shapes) naming the function, the
 /// argument, the expected and the actual value.
+///
+/// A template only for compile time: `Float` is always float (deduced from nothing, so calls
+/// are written as for a function). The batch path instantiates Eigen's float GEMM, about 2 s of
+/// compiling; as a template, that is paid only by the files that call quant_matmul, not by
+/// every file that includes a layer.
+template <class Float = float>
 void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b, MatrixRef<float> Y,
                   QuantMatmulWorkspace& workspace, QuantKernels kernels = QuantKernels::automatic);
 
@@ -184,9 +191,10 @@ constexpr bool quant_rounds_activations(quant::Type type, Index N) noexcept {
            type != quant::Type::bf16;
 }
 
-inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b,
-                         MatrixRef<float> Y, QuantMatmulWorkspace& workspace,
-                         QuantKernels kernels) {
+template <class Float>
+void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b, MatrixRef<float> Y,
+                  QuantMatmulWorkspace& workspace, QuantKernels kernels) {
+    static_assert(std::is_same_v<Float, float>, "quant_matmul multiplies float activations");
     constexpr const char* fn = "headwise::ops::quant_matmul";
     // X [N, in], W [out, in] (blocks), b [out], Y [N, out]
     const quant::BlockFormat format = quant::block_format(W.type, fn);
@@ -245,7 +253,7 @@ inline void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const fl
                 beta = 1.0f;
             }
             [[maybe_unused]] const detail::SingleThreadScope one_thread;
-            detail::gemm_serial<float>(1.0f, X, Op::none, MatrixMap<const float>(panel, rows, in),
+            detail::gemm_serial<Float>(1.0f, X, Op::none, MatrixMap<const float>(panel, rows, in),
                                        Op::transpose, beta, Yp);
         };
         if (threads > 1)
