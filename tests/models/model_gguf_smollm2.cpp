@@ -3,8 +3,10 @@
 // tensors) read by io::load_gguf and every tensor dequantized, against gguf.quants.dequantize:
 // tests/golden/gguf/smollm2_q4_1.txt holds two 64-bit digests of the package's float32 bits
 // per tensor (make_gguf_golden.py --smollm2), so that no Python runs here.
-//   HEADWISE_SMOLLM2_GGUF=<path to the .gguf> model_gguf_smollm2
+//   HEADWISE_SMOLLM2_GGUF=<path to the .gguf> model_tests gguf_smollm2
 // Without the file it prints why and exits 77, which ctest reports as skipped.
+#include "model_test.hpp"
+
 #include <headwise/io/gguf.hpp>
 
 #include <cstdint>     // std::uint32_t, std::uint64_t
@@ -17,7 +19,7 @@
 #include <sstream>     // std::istringstream
 #include <string>      // std::string, std::getline
 
-namespace {
+namespace model_gguf_smollm2 {
 
 constexpr int kSkip = 77;
 
@@ -35,9 +37,7 @@ void digest(const float* x, std::uint64_t n, std::uint64_t& s1, std::uint64_t& s
     }
 }
 
-}  // namespace
-
-int main() {
+int run() {
     const char* env = std::getenv("HEADWISE_SMOLLM2_GGUF");
     if (env == nullptr || !std::filesystem::is_regular_file(env)) {
         std::printf(
@@ -88,3 +88,7 @@ int main() {
         return 1;
     }
 }
+
+const model_tests::Registration registration{"gguf_smollm2", run};
+
+}  // namespace model_gguf_smollm2

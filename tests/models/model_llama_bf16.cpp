@@ -3,11 +3,13 @@
 // key/value heads, vocabulary 32000; random weights of std 0.02) in Precision::bf16 against itself
 // in float: the logits of 4 prompts of 64 tokens, and decode token by token with a bf16 KV cache.
 //
-//   HEADWISE_LLAMA_100M_DIR=<model dir> model_llama_bf16
+//   HEADWISE_LLAMA_100M_DIR=<model dir> model_tests llama_bf16
 //
 // The directory defaults to ~/.cache/headwise/models/llama-100m, where `bench/run.py llama
 // --model llama-100m` writes it. Without the model files it prints why and exits 77, which ctest
 // reports as skipped.
+
+#include "model_test.hpp"
 
 #include <headwise/models/llama.hpp>
 #include <headwise/precision.hpp>
@@ -22,7 +24,7 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
-namespace {
+namespace model_llama_bf16 {
 
 constexpr int kSkip = 77;
 // Logits pass through 2 x 12 + 1 bf16 products in a row; per position, max |Δ| / max |float|
@@ -70,9 +72,7 @@ void summary(const char* what, std::vector<double> e) {
                 e[e.size() / 2], e.back(), e.size());
 }
 
-}  // namespace
-
-int main() {
+int run() {
     const char* env = std::getenv("HEADWISE_LLAMA_100M_DIR");
     const char* home = std::getenv("HOME");
     const std::string dir = env    ? env
@@ -121,3 +121,7 @@ int main() {
     std::printf("model_llama_bf16: %s\n", ok ? "passed" : "FAILED");
     return ok ? 0 : 1;
 }
+
+const model_tests::Registration registration{"llama_bf16", run};
+
+}  // namespace model_llama_bf16

@@ -13,10 +13,12 @@
 //    reported; where the two part, llama.cpp's two largest logits must be within kStoredGap of
 //    each other (the two engines round activations and sum in different orders, which moves the
 //    logits by a few hundredths; a wider gap would be a real difference).
-//   HEADWISE_SMOLLM2_GGUF=<path to the .gguf> model_llama_gguf_smollm2
+//   HEADWISE_SMOLLM2_GGUF=<path to the .gguf> model_tests llama_gguf_smollm2
 //
 // The file defaults to ~/.cache/headwise/models/SmolLM2-135M-Instruct.Q4_1.gguf. Without it
 // the program prints why and exits 77, which ctest reports as skipped.
+
+#include "model_test.hpp"
 
 #include <headwise/models/llama.hpp>
 
@@ -34,7 +36,7 @@
 
 #include "support/smollm2_file.hpp"
 
-namespace {
+namespace model_llama_gguf_smollm2 {
 
 constexpr int kSkip = 77;
 // transformers and headwise both multiply the same dequantized float32 weights; only the order
@@ -151,9 +153,7 @@ std::string ids_str(const std::vector<std::int64_t>& ids) {
     return s;
 }
 
-}  // namespace
-
-int main() {
+int run() {
     const std::string path = headwise::test::smollm2_gguf();
     if (path.empty()) return kSkip;
     try {
@@ -233,3 +233,7 @@ int main() {
         return 1;
     }
 }
+
+const model_tests::Registration registration{"llama_gguf_smollm2", run};
+
+}  // namespace model_llama_gguf_smollm2

@@ -3,9 +3,11 @@
 // committed corpus and the embeddings of its sentences, under every projection; then the model
 // in Precision::bf16 against itself in float (cosine >= 0.999 on every sentence).
 //
-//   HEADWISE_MINILM_DIR=<model dir> model_minilm
+//   HEADWISE_MINILM_DIR=<model dir> model_tests minilm
 //
 // Without the model files it prints why and exits 77, which ctest reports as skipped.
+
+#include "model_test.hpp"
 
 #include <headwise/headwise.hpp>
 #include <headwise/io/npy.hpp>
@@ -25,7 +27,7 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
-namespace {
+namespace model_minilm {
 
 constexpr int kSkip = 77;
 constexpr double kMaxAbs = 1e-5;       // per element, against sentence-transformers in float32
@@ -38,9 +40,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace
-
-int main() {
+int run() {
     using headwise::Index;
     using headwise::Projection;
     const char* env = std::getenv("HEADWISE_MINILM_DIR");
@@ -156,3 +156,7 @@ int main() {
     std::printf("model_minilm: %s\n", failures ? "FAILED" : "passed");
     return failures ? 1 : 0;
 }
+
+const model_tests::Registration registration{"minilm", run};
+
+}  // namespace model_minilm

@@ -10,11 +10,13 @@
 // one final newline dropped).
 //
 //   HEADWISE_SMOLLM2_GGUF=<path to the .gguf> [HEADWISE_PERPLEXITY_WINDOWS=N]
-//   model_perplexity_smollm2
+//   model_tests perplexity_smollm2
 //
 // N windows (default 2, which keeps a Debug build's run near 20 s; 0 = all of them). The file
 // defaults to ~/.cache/headwise/models/SmolLM2-135M-Instruct.Q4_1.gguf. Without it the program
 // prints why and exits 77, which ctest reports as skipped.
+
+#include "model_test.hpp"
 
 #include <headwise/io/gguf.hpp>
 #include <headwise/models/llama.hpp>
@@ -38,7 +40,7 @@
 
 #include "support/smollm2_file.hpp"
 
-namespace {
+namespace model_perplexity_smollm2 {
 
 constexpr int kSkip = 77;
 // Stored weights: within 1% of llama-perplexity's figure on the Q4_1 file (headwise multiplies a
@@ -58,9 +60,7 @@ std::string read_file(const std::string& path) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-}  // namespace
-
-int main() {
+int run() {
     const std::string path = headwise::test::smollm2_gguf();
     if (path.empty()) return kSkip;
     try {
@@ -121,3 +121,7 @@ int main() {
         return 1;
     }
 }
+
+const model_tests::Registration registration{"perplexity_smollm2", run};
+
+}  // namespace model_perplexity_smollm2
