@@ -2,7 +2,8 @@
 // heads: which attention heads of a sentence-transformers BERT (all-MiniLM-L6-v2) matter, and
 // what pruning the others costs.
 //
-//   heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--step H] [--csv FILE]
+//   heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--csv FILE]
+//         [--importance gradient|differences] [--step H] [--check]
 //
 // PAIRS_FILE holds one pair of paraphrases a line, separated by a tab. The loss is the one the
 // model was trained with (sentence-transformers' MultipleNegativesRankingLoss): for pair i,
@@ -11,8 +12,11 @@
 // unpruned model's own embeddings would not do: at xi = 1 it is at its minimum (zero), so its
 // gradient with respect to every gate is zero and ranks nothing.
 // Importance (Michel et al. 2019): I_h = mean_i |d loss_i / d xi_h| at xi = 1, xi_h head h's gate
-// (BertModel's head_mask), by central differences in double with step H (default 1e-4; the
-// model has no backward). Printed as a table (layers down, heads across), written as CSV with
+// (BertModel's head_mask), in double: by default from the gates' gradient BertModel::backward
+// gives (one training forward, then one backward per pair, loss_i reading every pair's second
+// sentence); with --importance differences by central differences of step H (default 1e-4; two
+// forwards per head); --check computes both and prints the largest difference as a fraction of the
+// largest importance. Printed as a table (layers down, heads across), written as CSV with
 // --csv (heatmap.py draws it). Then 10, 25 and 50% of the heads are pruned, the least important
 // first and in random orders (K draws, default 3, seeded), never the last head of a layer:
 // printed with the mean and smallest cosine of every sentence's embedding to the unpruned one,
@@ -41,8 +45,8 @@ using headwise::Tensor;
 using Embedder = headwise::models::SentenceEmbedder<double>;
 
 constexpr const char* kUsage =
-    "usage: heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--step H] "
-    "[--csv FILE]\n";
+    "usage: heads MODEL_DIR PAIRS_FILE [--pairs N] [--draws K] [--seed S] [--csv FILE]\n"
+    "             [--importance gradient|differences] [--step H] [--check]\n";
 
 // The pooled, normalised embeddings [B, E] of an encoded batch under the gates head_mask [N, H]
 // (empty: none).
@@ -78,6 +82,86 @@ std::vector<double> pair_losses(const Tensor<double>& e, Index P) {
             top + std::log(sum) - logits[static_cast<std::size_t>(i)];
     }
     return loss;
+}
+
+// d loss_i / d e [2P, E] for pair i's loss (pair_losses): with p_j the softmax over j of
+// 20 a_i . b_j, d loss_i / d a_i = 20 sum_j (p_j - [j = i]) b_j and
+// d loss_i / d b_j = 20 (p_j - [j = i]) a_i; the other rows are zero.
+Tensor<double> pair_loss_gradient(const Tensor<double>& e, Index P, Index i) {
+    const Index E = e.shape()[1];
+    std::vector<double> p(static_cast<std::size_t>(P));
+    double top = -1e300;
+    for (Index j = 0; j < P; ++j) {
+        double dot = 0;
+        for (Index k = 0; k < E; ++k) dot += e.data()[i * E + k] * e.data()[(P + j) * E + k];
+        p[static_cast<std::size_t>(j)] = 20.0 * dot;
+        top = std::max(top, 20.0 * dot);
+    }
+    double sum = 0;
+    for (double& v : p) sum += (v = std::exp(v - top));
+    Tensor<double> d(headwise::Shape{2 * P, E});
+    for (Index j = 0; j < P; ++j) {
+        const double c = 20.0 * (p[static_cast<std::size_t>(j)] / sum - (j == i ? 1.0 : 0.0));
+        for (Index k = 0; k < E; ++k) {
+            d.data()[i * E + k] += c * e.data()[(P + j) * E + k];
+            d.data()[(P + j) * E + k] += c * e.data()[i * E + k];
+        }
+    }
+    return d;
+}
+
+// I [N, H]: mean_i |d loss_i / d xi_h| at xi = 1, from the gates' gradient of BertModel::backward
+// (the pooling and the normalisation walked back first): one training forward, one backward per
+// pair. The model is left in evaluation mode with its gradients zeroed.
+Tensor<double> importance_by_gradient(Embedder& embedder, const headwise::text::BertBatch& batch,
+                                      Index P) {
+    auto& model = embedder.model();
+    const headwise::models::Pooling pooling = embedder.config().pooling;
+    model.train();
+    const auto f = model.forward_train(batch.input_ids, batch.padding_mask, {}, {},
+                                       /*head_mask_grad=*/true);
+    const Tensor<double> pooled =
+        headwise::models::pool<double>(f.last_hidden_state, batch.padding_mask, pooling);
+    Tensor<double> e = pooled;
+    headwise::models::l2_normalize_rows<double>(e);
+    const Index N = model.config().num_hidden_layers, H = model.config().num_attention_heads;
+    Tensor<double> importance(headwise::Shape{N, H});
+    for (Index i = 0; i < P; ++i) {
+        const Tensor<double> d_pooled = headwise::models::l2_normalize_rows_backward<double>(
+            pooled, pair_loss_gradient(e, P, i));
+        const Tensor<double> d_hidden = headwise::models::pool_backward<double>(
+            f.last_hidden_state, batch.padding_mask, pooling, d_pooled);
+        const Tensor<double> gates = model.backward(f, d_hidden).head_mask;  // [N, H]
+        for (Index k = 0; k < N * H; ++k)
+            importance.data()[k] += std::abs(gates.data()[k]) / static_cast<double>(P);
+    }
+    model.zero_grad();
+    model.eval();
+    return importance;
+}
+
+// I [N, H] by central differences of step `step` in each gate: two forwards per head.
+Tensor<double> importance_by_differences(Embedder& embedder, const headwise::text::BertBatch& batch,
+                                         Index P, double step) {
+    const Index N = embedder.model().config().num_hidden_layers;
+    const Index H = embedder.model().config().num_attention_heads;
+    Tensor<double> importance(headwise::Shape{N, H});
+    for (Index l = 0; l < N; ++l)
+        for (Index h = 0; h < H; ++h) {
+            Tensor<double> gates(headwise::Shape{N, H});
+            for (Index k = 0; k < N * H; ++k) gates.data()[k] = 1.0;
+            gates(l, h) = 1.0 + step;
+            const std::vector<double> up = pair_losses(embed(embedder, batch, gates), P);
+            gates(l, h) = 1.0 - step;
+            const std::vector<double> down = pair_losses(embed(embedder, batch, gates), P);
+            double sum = 0;
+            for (Index i = 0; i < P; ++i)
+                sum +=
+                    std::abs(up[static_cast<std::size_t>(i)] - down[static_cast<std::size_t>(i)]) /
+                    (2 * step);
+            importance(l, h) = sum / static_cast<double>(P);
+        }
+    return importance;
 }
 
 // Cosine of each row of a to the same row of b (both normalised): mean and smallest.
@@ -122,6 +206,8 @@ int main(int argc, char** argv) {
     std::uint64_t seed = 1;
     double step = 1e-4;
     std::string csv;
+    bool gradient = true;  // --importance gradient (else differences)
+    bool check = false;    // --check: both, and their largest difference
     for (int i = 3; i < argc; ++i) {
         const std::string arg = argv[i];
         const bool has_value = i + 1 < argc;
@@ -136,6 +222,19 @@ int main(int argc, char** argv) {
             step = std::strtod(argv[++i], &end);
         } else if (arg == "--csv" && has_value) {
             csv = argv[++i];
+            continue;
+        } else if (arg == "--check") {
+            check = true;
+            continue;
+        } else if (arg == "--importance" && has_value) {
+            const std::string value = argv[++i];
+            if (value != "gradient" && value != "differences") {
+                std::fprintf(stderr,
+                             "heads: --importance needs gradient or differences, got %s\n%s",
+                             value.c_str(), kUsage);
+                return 2;
+            }
+            gradient = value == "gradient";
             continue;
         } else {
             std::fprintf(stderr, "heads: unknown option or missing value: %s\n%s", arg.c_str(),
@@ -183,23 +282,24 @@ int main(int argc, char** argv) {
         std::printf("%lld pairs (%lld sentences), loss %.6f at xi = 1\n", static_cast<long long>(P),
                     static_cast<long long>(2 * P), mean_loss);
 
-        // I_h = mean_i |d loss_i / d xi_h|, central differences in xi_h.
-        Tensor<double> importance(headwise::Shape{N, H});
-        for (Index l = 0; l < N; ++l)
-            for (Index h = 0; h < H; ++h) {
-                Tensor<double> gates(headwise::Shape{N, H});
-                for (Index k = 0; k < N * H; ++k) gates.data()[k] = 1.0;
-                gates(l, h) = 1.0 + step;
-                const std::vector<double> up = pair_losses(embed(embedder, batch, gates), P);
-                gates(l, h) = 1.0 - step;
-                const std::vector<double> down = pair_losses(embed(embedder, batch, gates), P);
-                double sum = 0;
-                for (Index i = 0; i < P; ++i)
-                    sum += std::abs(up[static_cast<std::size_t>(i)] -
-                                    down[static_cast<std::size_t>(i)]) /
-                           (2 * step);
-                importance(l, h) = sum / static_cast<double>(P);
+        // I_h = mean_i |d loss_i / d xi_h|.
+        const Tensor<double> importance = gradient
+                                              ? importance_by_gradient(embedder, batch, P)
+                                              : importance_by_differences(embedder, batch, P, step);
+        if (check) {
+            const Tensor<double> other = gradient
+                                             ? importance_by_differences(embedder, batch, P, step)
+                                             : importance_by_gradient(embedder, batch, P);
+            double top = 0, worst = 0;
+            for (Index k = 0; k < N * H; ++k) {
+                top = std::max(top, importance.data()[k]);
+                worst = std::max(worst, std::abs(importance.data()[k] - other.data()[k]));
             }
+            std::printf(
+                "gradient against central differences: largest difference %.3g of the "
+                "largest importance\n",
+                worst / top);
+        }
         heads_report::print_importance(importance, "mean over pairs of |d loss / d xi_h|");
         if (!csv.empty() && !heads_report::write_importance_csv(csv, importance)) {
             std::fprintf(stderr, "heads: cannot write %s\n", csv.c_str());
