@@ -516,10 +516,11 @@ TEST_CASE("BertModel backward refuses records and gradients it cannot use") {
         Catch::Matchers::Message(fn + "grad_output: expected shape [2, 6, 16], got [2, 6, 15]"));
     // A record of another model: a copy is another model.
     BertModel<double> copy = model;
-    CHECK_THROWS_MATCHES(copy.backward(f, in.w), std::invalid_argument,
-                         Catch::Matchers::Message(
-                             fn + "fwd: comes from another model's forward (a copy of a model is "
-                                  "another model); pass a result of this model's forward_train"));
+    CHECK_THROWS_MATCHES(
+        copy.backward(f, in.w), std::invalid_argument,
+        Catch::Matchers::Message(fn + "fwd: comes from another model's forward_train (a copy of a "
+                                      "model is another model); pass a result of this model's "
+                                      "forward_train"));
     CHECK(zero_grads());
     // A record from before prune_heads.
     {

@@ -449,13 +449,13 @@ TEST_CASE("backward refuses records it cannot differentiate, before anything cha
         CHECK(message_of<std::invalid_argument>([&] { m.backward(f, dlogits); }) ==
               "headwise::models::LlamaForCausalLM::backward: fwd: comes from another model's "
               "forward_train (a copy of a model is another model); pass a result of this "
-              "model's");
+              "model's forward_train");
         const auto body = other.model().forward_train(batch.ids);
         CHECK(message_of<std::invalid_argument>(
                   [&] { m.model().backward(body, body.last_hidden_state); }) ==
               "headwise::models::LlamaModel::backward: fwd: comes from another model's "
               "forward_train (a copy of a model is another model); pass a result of this "
-              "model's");
+              "model's forward_train");
         const auto layer_f = other.model().layers()[0].forward(body.last_hidden_state);
         CHECK(message_of<std::invalid_argument>(
                   [&] { m.model().layers()[0].backward(layer_f, layer_f.output); }) ==

@@ -40,6 +40,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../random.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/model_record.hpp"
 #include "detail/pretrained_sizes.hpp"
 #include "heads.hpp"
 
@@ -701,15 +702,8 @@ BertGradients<T> BertModel<T>::backward(const BertForward<T>& fwd,
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    if (!fwd.saved)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from a forward in eval mode, which saves "
-                                    "nothing for backward; call train() before forward_train");
-    if (fwd.saved->model != id_.value())
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from another model's forward (a copy of a model "
-                                    "is another model); pass a result of this model's "
-                                    "forward_train");
+    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
+                                         id_.value());
     const BertActivations<T>& s = *fwd.saved;
     for (std::size_t i = 0; i < layers_.size(); ++i)
         if (layers_[i].attention().num_heads() != s.heads[i])

@@ -43,6 +43,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 #include "../precision.hpp"
 #include "../shape.hpp"
 #include "../tensor.hpp"
+#include "detail/model_record.hpp"
 #include "detail/pretrained_sizes.hpp"
 #include "heads.hpp"
 
@@ -1197,14 +1198,8 @@ LlamaModelGradients<T> LlamaModel<T>::backward(const LlamaModelForward<T>& fwd,
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    if (!fwd.saved)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from a forward in eval mode, which saves "
-                                    "nothing for backward; call train() before forward_train");
-    if (fwd.saved->model != id_.value())
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from another model's forward_train (a copy of a "
-                                    "model is another model); pass a result of this model's");
+    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
+                                         id_.value());
     headwise::detail::check_shape(fn, "grad_output", grad_output.shape(),
                                   fwd.last_hidden_state.shape());
     const LlamaModelActivations<T>& s = *fwd.saved;
@@ -1339,14 +1334,8 @@ LlamaModelGradients<T> LlamaForCausalLM<T>::backward(const LlamaForCausalLMForwa
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    if (!fwd.saved)
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from a forward in eval mode, which saves "
-                                    "nothing for backward; call train() before forward_train");
-    if (fwd.saved->model != id_.value())
-        throw std::invalid_argument(std::string(fn) +
-                                    ": fwd: comes from another model's forward_train (a copy of a "
-                                    "model is another model); pass a result of this model's");
+    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
+                                         id_.value());
     headwise::detail::check_shape(fn, "grad_logits", grad_logits.shape(), fwd.logits.shape());
     const LlamaModelForward<T>& body = fwd.saved->body;
     for (std::size_t i = 0; i < model_.layers().size(); ++i)

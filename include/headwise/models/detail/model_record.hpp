@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// check_model_record: what a model's backward asks of the record its forward_train returned.
+#pragma once
+
+#include <cstdint>    // std::uint64_t
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+
+namespace headwise::detail {
+
+/// Throws std::invalid_argument naming `fn` and its argument fwd unless the record is a
+/// training-mode one (`saved`) of the model numbered `model` (InstanceId::value()): a forward in
+/// eval mode saves nothing, and another model's record (a copy is another model) holds the
+/// activations of other parameters, whose gradients would be silently wrong.
+inline void check_model_record(const char* fn, bool saved, std::uint64_t record_model,
+                               std::uint64_t model) {
+    if (!saved)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from a forward in eval mode, which saves "
+                                    "nothing for backward; call train() before forward_train");
+    if (record_model != model)
+        throw std::invalid_argument(std::string(fn) +
+                                    ": fwd: comes from another model's forward_train (a copy of a "
+                                    "model is another model); pass a result of this model's "
+                                    "forward_train");
+}
+
+}  // namespace headwise::detail
