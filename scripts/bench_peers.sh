@@ -73,7 +73,9 @@ case "${suite}" in
         ((consumer)) && engines+=(headwise-plain)
         suite_args+=(--omp-build "${omp_build}" --engines "${engines[@]}") ;;
     minilm) suite_args+=(--model "$(headwise_minilm_dir)" --rounds 7) ;;
-    llama) suite_args+=(--model "$(headwise_smollm2_gguf)" --rounds 3) ;;
+    llama)
+        suite_args+=(--model "$(headwise_smollm2_gguf)" --rounds 3 --omp-build "${omp_build}"
+            --engines headwise headwise-omp llama.cpp transformers) ;;
 esac
 if ((quick)); then
     suite_args+=(--rounds 2)

@@ -57,6 +57,8 @@ def llama_100m():
 def add_arguments(ap):
     """The suite's options."""
     ap.add_argument("--build", default="build/bench/peers", help="a release build of headwise")
+    ap.add_argument("--omp-build", help="an OpenMP build: engine headwise-omp (OpenMP's threads, "
+                    "the BLAS on one; without OpenMP the quantized GEMVs run on one thread)")
     ap.add_argument("--model", default=None, help="a GGUF file or a Hugging Face directory")
     ap.add_argument("--llama-cpp", default=os.environ.get("HEADWISE_LLAMA_CPP_DIR", os.path.join(
         CACHE, "headwise", "llama.cpp")) + "/build/bin", help="the directory of llama-bench")
@@ -70,9 +72,12 @@ def engines(args):
     args.model = llama_100m() if args.model == "llama-100m" else args.model or default_model()
     made = []
     for name in args.engines:
-        if name == "headwise":
-            made.append(HeadwiseEngine(name, os.path.join(args.build, "bench", "bench_llama"),
-                                       [args.model]))
+        if name in ("headwise", "headwise-omp"):
+            build = args.build if name == "headwise" else args.omp_build
+            if not build:
+                raise SystemExit("llama: engine headwise-omp needs --omp-build")
+            made.append(HeadwiseEngine(name, os.path.join(build, "bench", "bench_llama"),
+                                       [args.model], openmp=name == "headwise-omp"))
         elif name == "llama.cpp":
             made.append(LlamaCppEngine(args.llama_cpp, args.model))
         elif name == "transformers":
@@ -234,8 +239,9 @@ def report(record):
                       "%.0f" % (record["mem_kB"].get(key, [0])[0] / 1024)])
     print_table(["engine", "threads", "case", "tokens/s", "load s", "peak RSS MB"], table)
     for (case, key), r in sorted(rate.items()):
-        if key.startswith("headwise/"):
-            peer = rate.get((case, key.replace("headwise", "llama.cpp")))
+        engine, threads = key.split("/")
+        if engine.startswith("headwise"):
+            peer = rate.get((case, "llama.cpp/" + threads))
             if peer:
-                print("%s %s: headwise / llama.cpp tokens/s %.2fx" % (case, key, r / peer))
+                print("%s %s: %s / llama.cpp tokens/s %.2fx" % (case, key, engine, r / peer))
     report_agreement(record)

@@ -172,11 +172,14 @@ inline bool quant_avx2_available() noexcept {
 }
 
 /// Multiply-adds per thread below which quant_matmul's integer kernels stay on one thread. A
-/// second thread pays back its start (microseconds) from a few 100k multiply-adds on an idle
-/// machine, but where the cores are shared a woken thread can wait a scheduler slice: measured
-/// at load 4-5 on 2 cores, 2 threads made the 576 x 576 GEMV (330k) 1.0-3.2x slower. From
-/// 2^19 on, SmolLM2-135M's per-layer GEMVs (<= 885k) stay on one thread.
-inline constexpr Index kQuantParallelGrain = Index{1} << 19;
+/// second thread pays back its start (microseconds) from about 100k multiply-adds on an idle
+/// machine: at 2^17, every per-layer GEMV of SmolLM2-135M (576 x 576, 330k, and larger) splits
+/// over 2 threads, but k_proj and v_proj (192 x 576, 110k) stay on one. Measured on the idle
+/// machine (OpenMP build, Q4_1, `generate` of 256 tokens, whole run): 2 threads 1.91-2.04 s at
+/// 2^17 against 2.56-2.84 s at 2^19 (which kept every per-layer GEMV on one thread), 1 thread
+/// 2.8-3.0 s at both. Where the cores are shared a woken thread can wait a scheduler slice
+/// (at load 4-5, 2 threads made the 576 x 576 GEMV 1.0-3.2x slower).
+inline constexpr Index kQuantParallelGrain = Index{1} << 17;
 
 }  // namespace headwise::detail
 
