@@ -702,8 +702,7 @@ BertGradients<T> BertModel<T>::backward(const BertForward<T>& fwd,
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
-                                         id_.value());
+    headwise::detail::check_model_record(fn, fwd.saved.get(), id_.value());
     const BertActivations<T>& s = *fwd.saved;
     for (std::size_t i = 0; i < layers_.size(); ++i)
         if (layers_[i].attention().num_heads() != s.heads[i])

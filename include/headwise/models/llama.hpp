@@ -1198,8 +1198,7 @@ LlamaModelGradients<T> LlamaModel<T>::backward(const LlamaModelForward<T>& fwd,
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
-                                         id_.value());
+    headwise::detail::check_model_record(fn, fwd.saved.get(), id_.value());
     headwise::detail::check_shape(fn, "grad_output", grad_output.shape(),
                                   fwd.last_hidden_state.shape());
     const LlamaModelActivations<T>& s = *fwd.saved;
@@ -1334,8 +1333,7 @@ LlamaModelGradients<T> LlamaForCausalLM<T>::backward(const LlamaForCausalLMForwa
     headwise::detail::check_float_weights(
         fn, this->float_weights_released(),
         "backward needs the float weights (the model is inference-only)");
-    headwise::detail::check_model_record(fn, fwd.saved != nullptr, fwd.saved ? fwd.saved->model : 0,
-                                         id_.value());
+    headwise::detail::check_model_record(fn, fwd.saved.get(), id_.value());
     headwise::detail::check_shape(fn, "grad_logits", grad_logits.shape(), fwd.logits.shape());
     const LlamaModelForward<T>& body = fwd.saved->body;
     for (std::size_t i = 0; i < model_.layers().size(); ++i)

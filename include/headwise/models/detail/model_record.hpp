@@ -8,17 +8,18 @@
 
 namespace headwise::detail {
 
-/// Throws std::invalid_argument naming `fn` and its argument fwd unless the record is a
-/// training-mode one (`saved`) of the model numbered `model` (InstanceId::value()): a forward in
-/// eval mode saves nothing, and another model's record (a copy is another model) holds the
-/// activations of other parameters, whose gradients would be silently wrong.
-inline void check_model_record(const char* fn, bool saved, std::uint64_t record_model,
-                               std::uint64_t model) {
-    if (!saved)
+/// Throws std::invalid_argument naming `fn` and its argument fwd unless `saved` (a record's
+/// activations, null after a forward in eval mode, which saves nothing) was made by the model
+/// numbered `model` (InstanceId::value(); saved->model): another model's record (a copy is
+/// another model) holds the activations of other parameters, whose gradients would be
+/// silently wrong.
+template <class Saved>
+void check_model_record(const char* fn, const Saved* saved, std::uint64_t model) {
+    if (saved == nullptr)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: comes from a forward in eval mode, which saves "
                                     "nothing for backward; call train() before forward_train");
-    if (record_model != model)
+    if (saved->model != model)
         throw std::invalid_argument(std::string(fn) +
                                     ": fwd: comes from another model's forward_train (a copy of a "
                                     "model is another model); pass a result of this model's "
