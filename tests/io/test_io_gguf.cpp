@@ -6,14 +6,16 @@
 #include <headwise/quant/quantize.hpp>
 
 #include <sys/stat.h>  // ::mkfifo, S_ISFIFO
+#include <unistd.h>    // ::sysconf
 
 #include <cmath>       // std::isinf
-#include <cstdint>     // std::uint8_t, std::uint32_t, std::uint64_t
+#include <cstdint>     // std::uint8_t, std::uint32_t, std::uint64_t, std::uintptr_t
 #include <cstring>     // std::memcpy
 #include <filesystem>  // std::filesystem::exists, status
 #include <fstream>     // std::ifstream, std::ofstream
 #include <iterator>    // std::istreambuf_iterator
 #include <limits>      // std::numeric_limits
+#include <memory>      // std::shared_ptr
 #include <stdexcept>   // std::runtime_error, std::invalid_argument
 #include <string>      // std::string
 #include <vector>      // std::vector
@@ -239,6 +241,54 @@ TEST_CASE("save_gguf round trip of quantized tensors, default alignment", "[io][
     const Tensor<float> b = f.to_float("b");
     CHECK(std::vector<float>(b.data(), b.data() + 5) ==
           std::vector<float>(bias.data(), bias.data() + 5));
+}
+
+TEST_CASE("release_pages drops a mapped tensor's whole pages; its bytes read the same after",
+          "[io][gguf]") {
+    Generator rng(11);
+    const Tensor<float> small = Tensor<float>::randn(Shape{5}, rng);
+    const Tensor<float> big = Tensor<float>::randn(Shape{5000}, rng);  // 20000 bytes
+    const ScratchDir dir("gguf");
+    const std::string path = dir.file("pages.gguf");
+    io::save_gguf(path, {{"general.architecture", GgufValue::string("llama")}},
+                  {{"small", quant::Type::f32, small.shape(), small.data()},
+                   {"big", quant::Type::f32, big.shape(), big.data()}});
+    const io::GgufFile f = io::load_gguf(path);
+    REQUIRE(f.mapped());
+    const io::GgufTensorInfo& info = f.tensor("big");
+    const auto* at = reinterpret_cast<const float*>(f.tensor_data(info));
+    const std::vector<float> before(at, at + 5000);
+    // The whole pages inside [begin, end): none of the neighbours' bytes.
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<std::uintptr_t>(at);
+    const std::uintptr_t first = (begin + page - 1) / page * page;
+    const std::uintptr_t last = (begin + info.bytes) / page * page;
+    CHECK(f.release_pages(info) == last - first);
+    CHECK(last - first >= page);
+    CHECK(f.release_pages(f.tensor("small")) == 0);      // 20 bytes: no whole page
+    CHECK(std::vector<float>(at, at + 5000) == before);  // read from the file again
+    CHECK(std::vector<float>(at, at + 5000) == std::vector<float>(big.data(), big.data() + 5000));
+    // Bytes held in memory (parse_gguf) stay: nothing released.
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                          std::istreambuf_iterator<char>());
+    const io::GgufFile held = io::parse_gguf(bytes.data(), bytes.size());
+    CHECK(held.release_pages(held.tensor("big")) == 0);
+}
+
+TEST_CASE("bytes_owner keeps tensor_data valid after the GgufFile is gone", "[io][gguf]") {
+    std::shared_ptr<const void> owner;
+    const std::uint8_t* data = nullptr;
+    std::vector<std::uint8_t> expected;
+    {
+        const io::GgufFile f = io::load_gguf(golden("small_v2.gguf"));
+        const io::GgufTensorInfo& info = f.tensors().front();
+        data = f.tensor_data(info);
+        expected.assign(data, data + info.bytes);
+        owner = f.bytes_owner();
+        CHECK(owner.get() != nullptr);
+    }
+    CHECK(std::vector<std::uint8_t>(data, data + expected.size()) == expected);
 }
 
 TEST_CASE("save_gguf refuses bad input before touching the file", "[io][gguf]") {

@@ -144,6 +144,11 @@ TEMPLATE_TEST_CASE("KV-cache decode token by token gives the forward's logits", 
             }
         }
     CHECK(cache.size() == L);
+    // The layers decode one after the other in one scratch; a copy of the cache has its own.
+    for (std::size_t i = 1; i < cache.layers.size(); ++i)
+        CHECK(cache.layers[i].shares_decode_buffers(cache.layers[0]));
+    const auto copy = cache;
+    CHECK_FALSE(copy.layers[1].shares_decode_buffers(cache.layers[1]));
 }
 
 TEMPLATE_TEST_CASE("decode_last gives decode's last position, tied and untied", "[llama]", float,

@@ -63,6 +63,18 @@ public:
     /// The tensor dequantized to float, shape info.shape() (dims reversed, row-major).
     Tensor<float> to_float(const std::string& name) const;
 
+    /// An owner of the file's bytes alone: tensor_data() stays valid while it lives, and the
+    /// metadata (a model's vocabulary can take tens of megabytes) may go with the GgufFile.
+    std::shared_ptr<const void> bytes_owner() const noexcept { return storage_; }
+    /// Says that this process will not read the tensor's bytes again (a loader that copied
+    /// them): where the file is mapped, the whole memory pages inside them leave the resident
+    /// set. Reading them later stays valid: the pages are read from the file again. Returns
+    /// the bytes released (0 where the file is held in memory).
+    std::size_t release_pages(const GgufTensorInfo& info) const noexcept {
+        return storage_->release_pages(static_cast<std::size_t>(parsed_.data_offset + info.offset),
+                                       static_cast<std::size_t>(info.bytes));
+    }
+
 private:
     friend GgufFile load_gguf(const std::string& path);
     friend GgufFile parse_gguf(const std::uint8_t* data, std::size_t size, const std::string& name);

@@ -344,7 +344,9 @@ public:
 
     /// A cache for decode(): room for `capacity` tokens of `batch` sequences in every layer;
     /// `cache_precision` Precision::bf16 holds the keys and values in bf16 (half the bytes; see
-    /// make_kv_cache), in either precision of the model (float models only).
+    /// make_kv_cache), in either precision of the model (float models only). Its layers share
+    /// one decode scratch (KVCache::share_decode_buffers), so a cache serves one decode call at
+    /// a time; a copy of the LlamaCache gives each layer a scratch of its own.
     LlamaCache<T> make_cache(Index batch, Index capacity,
                              Precision cache_precision = Precision::float32) const;
 
@@ -981,8 +983,11 @@ LlamaCache<T> LlamaModel<T>::make_cache(Index batch, Index capacity,
                                         Precision cache_precision) const {
     LlamaCache<T> cache;
     cache.layers.reserve(layers_.size());
-    for (const LlamaDecoderLayer<T>& l : layers_)
+    for (const LlamaDecoderLayer<T>& l : layers_) {
         cache.layers.push_back(l.self_attn().make_kv_cache(batch, capacity, cache_precision));
+        // The layers decode one after the other: one scratch for all (KVCache's).
+        if (cache.layers.size() > 1) cache.layers.back().share_decode_buffers(cache.layers[0]);
+    }
     return cache;
 }
 

@@ -478,7 +478,8 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, Ggu
     std::set<std::size_t> kept;  // specs whose blocks a holder keeps
     if constexpr (std::is_same_v<T, float>) {
         if (weights == GgufWeights::stored) {
-            const std::shared_ptr<const void> alive = std::make_shared<const io::GgufFile>(file);
+            // The bytes alone: the metadata (the vocabulary, tens of MB) need not outlive loading.
+            const std::shared_ptr<const void> alive = file.bytes_owner();
             for (auto& [w, pieces] : holders) {
                 std::sort(pieces.begin(), pieces.end(),
                           [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
@@ -515,6 +516,7 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, Ggu
                                         static_cast<std::size_t>(row_bytes));
                             out += row_bytes;
                         }
+                        file.release_pages(info);  // copied: the file's pages are not read again
                     }
                     const std::uint8_t* data = blocks->data();
                     w->take_stored(type, data, bytes, std::shared_ptr<const void>(blocks, data));
@@ -523,11 +525,15 @@ LlamaForCausalLM<T> LlamaForCausalLM<T>::from_gguf(const io::GgufFile& file, Ggu
             }
         }
     }
-    // Everything else dequantized into the float parameters.
+    // Everything else dequantized into the float parameters; the file's pages of what is not
+    // kept are not read again.
+    std::set<const io::GgufTensorInfo*> kept_infos;
+    for (const std::size_t i : kept) kept_infos.insert(infos[i]);
     for (std::size_t i = 0; i < specs.size(); ++i) {
         if (kept.count(i) != 0) continue;
         const TensorView<T> dst = params.at(specs[i].hf)->value_of();
         detail::llama_gguf_dequantize(file, *infos[i], specs[i].permuted_heads, dst.data());
+        if (kept_infos.count(infos[i]) == 0) file.release_pages(*infos[i]);
     }
     return model;
 }

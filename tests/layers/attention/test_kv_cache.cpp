@@ -10,6 +10,7 @@
 #define EIGEN_RUNTIME_NO_MALLOC
 #include <headwise/headwise.hpp>
 
+#include <algorithm>  // std::equal
 #include <cstddef>    // std::size_t
 #include <optional>   // std::optional
 #include <stdexcept>  // std::invalid_argument
@@ -433,4 +434,47 @@ TEST_CASE("KVCache::append checks its room and padding before it writes", "[kv_c
     CHECK(cache.key_padding(0) == nullptr);
     CHECK_THROWS_WITH(KVCache<double>(1, 0, 4, 1, 4),
                       "headwise::KVCache::KVCache: capacity: must be positive, got 0");
+}
+
+TEST_CASE("caches sharing one decode scratch decode as caches of their own", "[kv_cache]") {
+    // Two modules of different layouts one after the other, as a model's layers decode: their
+    // caches share one scratch (share_decode_buffers), which each call resizes and overwrites.
+    const Index B = 2, N = 11, E = 16;
+    std::mt19937_64 rng(17);
+    const auto x = Tensor<double>::randn(Shape{B, N, E}, rng);
+    DecodeConfig first, second;
+    first.Hkv = 2;
+    first.rotary.enabled = true;
+    second.H = 2;
+    second.bias_kv = true;
+    for (Projection p : kProjections) {
+        CAPTURE(to_string(p));
+        MultiheadAttention<double> m1 = make_module<double>(first, E, p);
+        MultiheadAttention<double> m2 = make_module<double>(second, E, p);
+        const auto run = [&](KVCache<double>& c1, KVCache<double>& c2) {
+            Tensor<double> out(x.shape());
+            Index at = 0;
+            for (Index t : {3, 1, 4, 2, 1}) {
+                put_tokens(out, m2.decode(m1.decode(tokens(x, at, t), c1), c2), at);
+                at += t;
+            }
+            return out;
+        };
+        KVCache<double> own1 = m1.make_kv_cache(B, N), own2 = m2.make_kv_cache(B, N);
+        KVCache<double> shared1 = m1.make_kv_cache(B, N), shared2 = m2.make_kv_cache(B, N);
+        shared2.share_decode_buffers(shared1);
+        CHECK(shared2.shares_decode_buffers(shared1));
+        CHECK(shared1.shares_decode_buffers(shared2));
+        CHECK_FALSE(own2.shares_decode_buffers(own1));
+        const Tensor<double> expected = run(own1, own2);
+        const Tensor<double> got = run(shared1, shared2);
+        // The same operations on the same inputs: the same bits.
+        CHECK(std::equal(got.data(), got.data() + got.numel(), expected.data()));
+        // A copy decodes in a scratch of its own: copies may run at the same time.
+        KVCache<double> copy = shared2;
+        CHECK_FALSE(copy.shares_decode_buffers(shared2));
+        CHECK_FALSE(copy.shares_decode_buffers(shared1));
+        copy = shared1;
+        CHECK_FALSE(copy.shares_decode_buffers(shared1));
+    }
 }

@@ -6,7 +6,7 @@
 
 #include <algorithm>     // std::sort, std::min
 #include <cerrno>        // errno
-#include <cstdint>       // std::uint8_t, std::uint32_t, std::uint64_t
+#include <cstdint>       // std::uint8_t, std::uint32_t, std::uint64_t, std::uintptr_t
 #include <cstring>       // std::memcpy
 #include <filesystem>    // std::filesystem::is_directory, is_regular_file, exists
 #include <fstream>       // std::ifstream
@@ -24,9 +24,9 @@
 #if __has_include(<sys/mman.h>) && __has_include(<sys/stat.h>) && __has_include(<fcntl.h>) && \
     __has_include(<unistd.h>)
 #include <fcntl.h>     // ::open, O_RDONLY, O_CLOEXEC, O_NONBLOCK
-#include <sys/mman.h>  // ::mmap, ::munmap
+#include <sys/mman.h>  // ::mmap, ::munmap, ::madvise
 #include <sys/stat.h>  // ::fstat, S_ISREG, S_ISDIR, ...
-#include <unistd.h>    // ::close
+#include <unistd.h>    // ::close, ::sysconf
 #define HEADWISE_GGUF_MMAP 1
 #else
 #define HEADWISE_GGUF_MMAP 0
@@ -120,6 +120,28 @@ public:
     const std::uint8_t* data() const noexcept { return data_; }
     std::size_t size() const noexcept { return size_; }
     bool mapped() const noexcept { return mapped_; }
+    /// Takes the whole pages inside bytes [offset, offset + count) out of the resident set
+    /// (a mapping only; read-only and private, so a later read faults them in from the file
+    /// again and sees the same bytes). Returns the bytes released.
+    std::size_t release_pages(std::size_t offset, std::size_t count) const noexcept {
+#if HEADWISE_GGUF_MMAP
+        if (!mapped_ || offset >= size_) return 0;
+        count = std::min(count, size_ - offset);
+        const long page_size = ::sysconf(_SC_PAGESIZE);
+        if (page_size <= 0) return 0;
+        const auto page = static_cast<std::uintptr_t>(page_size);
+        const auto begin = reinterpret_cast<std::uintptr_t>(data_ + offset);
+        const std::uintptr_t first = (begin + page - 1) / page * page;
+        const std::uintptr_t last = (begin + count) / page * page;
+        if (last <= first) return 0;
+        if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+        return static_cast<std::size_t>(last - first);
+#else
+        static_cast<void>(offset);
+        static_cast<void>(count);
+        return 0;
+#endif
+    }
 
 private:
     std::vector<std::uint8_t> owned_;

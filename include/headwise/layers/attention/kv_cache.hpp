@@ -4,6 +4,7 @@
 
 #include <algorithm>    // std::count, std::fill
 #include <cstddef>      // std::size_t
+#include <memory>       // std::shared_ptr, std::make_shared
 #include <stdexcept>    // std::invalid_argument
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v
@@ -207,7 +208,24 @@ public:
 
     /// Decode's scratch for this cache's batch (MultiheadAttention::decode's, not for users):
     /// held here so that one module may decode several caches.
-    detail::DecodeBuffers<T>& decode_buffers() noexcept { return scratch_; }
+    detail::DecodeBuffers<T>& decode_buffers() {
+        if (!scratch_.buffers) scratch_.buffers = std::make_shared<detail::DecodeBuffers<T>>();
+        return *scratch_.buffers;
+    }
+    /// Makes this cache's decode scratch `other`'s: for caches that are never decoded at the
+    /// same time, such as the caches of one model's layers (LlamaModel::make_cache), which run
+    /// one after the other. The scratch (the new tokens' projections, probabilities, context)
+    /// is sized by the largest chunk decoded into any of them, so sharing keeps one copy
+    /// instead of one per cache: a 512-token prefill of a 30-layer model held 30 of them.
+    /// A copy of a cache gets a scratch of its own again.
+    void share_decode_buffers(KVCache& other) {
+        other.decode_buffers();
+        scratch_.buffers = other.scratch_.buffers;
+    }
+    /// Whether this cache decodes in `other`'s scratch (share_decode_buffers).
+    bool shares_decode_buffers(const KVCache& other) const noexcept {
+        return scratch_.buffers != nullptr && scratch_.buffers == other.scratch_.buffers;
+    }
 
 private:
     /// Head h's [capacity, D] block of batch b in the keys (or values).
@@ -239,7 +257,21 @@ private:
     std::vector<BFloat16> kh_, vh_;  // [B, Hkv, capacity, D] in bf16, else empty
     Tensor<bool> padding_;           // [B, capacity], true = padding
     std::vector<Index> real_;        // [B]: held tokens of each sequence that are not padding
-    detail::DecodeBuffers<T> scratch_;
+    /// Decode's scratch: none until the first decode; shared with other caches only through
+    /// share_decode_buffers. A copy starts without one, so that copies of a cache never share.
+    struct Scratch {
+        std::shared_ptr<detail::DecodeBuffers<T>> buffers;
+        Scratch() = default;
+        Scratch(const Scratch&) noexcept {}
+        Scratch& operator=(const Scratch&) noexcept {
+            buffers.reset();
+            return *this;
+        }
+        Scratch(Scratch&&) noexcept = default;
+        Scratch& operator=(Scratch&&) noexcept = default;
+        ~Scratch() = default;
+    };
+    Scratch scratch_;
 };
 
 }  // namespace headwise
