@@ -196,6 +196,14 @@ TEMPLATE_TEST_CASE("blocked attention equals the materialised kernels, forward a
         {31, 45, 15, 17, 13, 15, kCausal | kBottomRight, 0.0},
         {36, 48, 16, 8, 6, 16, kCausal, 0.0},
         {24, 33, 33, 7, 12, 32, kCausal | kPadding | kAppended, 0.2},
+        // Tiles across the causal diagonal that span several register tiles each way: the
+        // products leave out the register tiles past the diagonal (rows cut at the last row's
+        // reach, sums from the first row's first key), on both alignments and with dropout.
+        {64, 64, 16, 16, 32, 48, kCausal, 0.0},
+        {70, 90, 16, 12, 24, 40, kCausal | kBottomRight, 0.0},
+        {90, 70, 16, 12, 30, 36, kCausal | kBottomRight, 0.0},  // rows that see nothing
+        {50, 50, 8, 8, 18, 34, kCausal, 0.2},
+        {50, 52, 8, 8, 18, 34, kCausal | kBias | kAppended, 0.0},
     }));
     const Index L = std::get<0>(row), S = std::get<1>(row), D = std::get<2>(row),
                 Dv = std::get<3>(row);
@@ -480,6 +488,41 @@ TEST_CASE("the blocked kernels check every shape and the tiles in every build", 
                          Message(fn + "tiles: rows and cols must be positive, got 0 x 4"));
     CHECK(test::identical(O, Tensor<double>(Shape{L, D})));  // nothing written
     CHECK_NOTHROW(forward(V, LSE, tiles));
+}
+
+TEST_CASE("the blocked kernels' exp for non-positive exponents equals exp within 2 ulp",
+          "[ops][blocked]") {
+    // x - shift from 0 down past log(smallest normal float), a little above 0 (a log-sum-exp
+    // rounded below a score), both ends of the flush to 0, -inf and NaN; 37 entries, so that the
+    // last 5 go through the masked tail.
+    std::vector<float> x;
+    for (int i = 0; i <= 30; ++i) x.push_back(-0.0025f * static_cast<float>(i * i * i));
+    x.insert(x.end(), {1e-6f, -87.33f, -87.34f, -1e30f, -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()});
+    const float shift = 0.375f;  // the shifted values, x - shift, are what exp is taken of
+    for (float& v : x) v += shift;
+    std::vector<float> y(x.size(), 7.0f);
+    const float sum =
+        detail::exp_nonpositive_sum(x.data(), shift, y.data(), static_cast<Index>(x.size()));
+    CHECK(std::isnan(sum));  // the NaN entry
+    double finite_sum = 0;
+    for (std::size_t j = 0; j < x.size(); ++j) {
+        const double z = static_cast<double>(x[j] - shift);
+        CAPTURE(j, z, y[j]);
+        if (std::isnan(z)) {
+            CHECK(std::isnan(y[j]));
+        } else if (z < std::log(static_cast<double>(std::numeric_limits<float>::min()))) {
+            CHECK(y[j] == 0.0f);  // exactly 0, -inf included
+        } else {
+            const double expected = std::exp(z);
+            CHECK(std::abs(static_cast<double>(y[j]) - expected) <= 2 * 0x1p-24 * expected);
+            finite_sum += static_cast<double>(y[j]);
+        }
+    }
+    std::vector<float> y2(x.size() - 1);  // without the NaN: the sum of what was written
+    const float sum2 =
+        detail::exp_nonpositive_sum(x.data(), shift, y2.data(), static_cast<Index>(y2.size()));
+    CHECK(std::abs(static_cast<double>(sum2) - finite_sum) <= 1e-6 * finite_sum);
 }
 
 }  // namespace test_ops_blocked_attention

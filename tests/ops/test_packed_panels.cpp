@@ -141,4 +141,58 @@ TEST_CASE("packed_gemm with accumulate off writes C without reading it", "[ops][
     }
 }
 
+TEMPLATE_TEST_CASE("packed_gemm with a band computes every entry the band needs", "[ops][packed]",
+                   float, double) {
+    using T = TestType;
+    constexpr Index W = detail::kPanelWidth<T>;
+    // A lower band, as a causal tile's products have: (cols) row i needs C's columns j < i + cols,
+    // the rest written 0 where a register tile lies wholly past them; (k_first, k_end) row i of A
+    // is 0 outside [i + k_first, i + k_end), and the sums skip what a register tile has outside.
+    // Bands across several register tiles and panels, one that needs nothing of some rows.
+    const auto row = GENERATE_COPY(table<Index, Index, Index, Index, Index, Index, bool>({
+        {20, 2 * W + 5, 9, 3, detail::PanelBand::kAll, detail::PanelBand::kAll, false},
+        {20, 3 * W, 7, -4, detail::PanelBand::kAll, detail::PanelBand::kAll, false},
+        {25, 11, 3 * W + 1, detail::PanelBand::kAll, -detail::PanelBand::kAll, 5, true},
+        {25, 11, 3 * W + 1, detail::PanelBand::kAll, -7, detail::PanelBand::kAll, true},
+        {13, 2 * W, 40, detail::PanelBand::kAll, 2 - 13, detail::PanelBand::kAll, true},
+    }));
+    const Index m = std::get<0>(row), n = std::get<1>(row), k = std::get<2>(row);
+    const detail::PanelBand band{std::get<3>(row), std::get<4>(row), std::get<5>(row)};
+    const bool accumulate = std::get<6>(row);
+    std::vector<T> a = random_values<T>(m * k, 7);
+    for (Index i = 0; i < m; ++i)
+        for (Index p = 0; p < k; ++p)
+            if (p < i + band.k_first || p >= i + band.k_end) a[i * k + p] = T(0);
+    const std::vector<T> bvals = random_values<T>(k * n, 8);
+    std::vector<T> packs(static_cast<std::size_t>(detail::packed_size<T>(k, n)));
+    const auto B = detail::pack_panels(bvals.data(), n, 1, k, n, packs.data());
+    const std::vector<T> c0 = random_values<T>(m * n, 9);
+    for (const bool vectorised : tiles_here()) {
+        CAPTURE(m, n, k, band.cols, band.k_first, band.k_end, accumulate, vectorised);
+        std::vector<T> c = c0;
+        detail::packed_gemm<T>(m, n, k, T(0.5), a.data(), k, 1, B, 0, accumulate, c.data(), n,
+                               vectorised, band);
+        double worst = 0;
+        Index needed = 0;
+        for (Index i = 0; i < m; ++i)
+            for (Index j = 0; j < n && j < i + band.cols; ++j, ++needed) {
+                double sum = 0, size = 0;
+                for (Index p = 0; p < k; ++p) {
+                    const double t =
+                        static_cast<double>(a[i * k + p]) * static_cast<double>(bvals[p * n + j]);
+                    sum += t;
+                    size += std::fabs(t);
+                }
+                const double base = accumulate ? static_cast<double>(c0[i * n + j]) : 0.0;
+                const double got = static_cast<double>(c[i * n + j]);
+                const double bound =
+                    headwise::test::dot_tolerance<T>(k) * (std::fabs(base) + 0.5 * size + 1e-30);
+                worst = std::max(worst, std::fabs(got - (base + 0.5 * sum)) / bound);
+            }
+        CAPTURE(worst, needed);
+        CHECK(needed > 0);
+        CHECK(worst <= 1.0);
+    }
+}
+
 }  // namespace test_packed_panels

@@ -7,11 +7,12 @@
 
 #include <Eigen/Core>
 
-#include <algorithm>  // std::min, std::max
-#include <cmath>      // std::exp, std::log, std::isnan
-#include <cstdint>    // std::uint64_t
-#include <limits>     // std::numeric_limits
-#include <string>     // std::to_string
+#include <algorithm>    // std::min, std::max
+#include <cmath>        // std::exp, std::log, std::isnan
+#include <cstdint>      // std::uint64_t
+#include <limits>       // std::numeric_limits
+#include <string>       // std::to_string
+#include <type_traits>  // std::is_same_v
 
 #include "../config.hpp"
 #include "../error.hpp"
@@ -21,6 +22,10 @@
 #include "dropout.hpp"
 #include "gemm.hpp"
 #include "score_mask.hpp"
+
+#if HEADWISE_X86_DISPATCH
+#include <immintrin.h>  // AVX2 and FMA intrinsics (usable under a target attribute)
+#endif
 
 // The same attention as ops/attention.hpp (Vaswani et al. 2017, Eq. 1),
 //   O = dropout(softmax(scale Q K^T + bias, masked = -inf)) V,
@@ -34,8 +39,9 @@
 // never masked), the same counter-based dropout stream (so both kernels drop the same entries),
 // a row that can see no key gives zero output and zero gradients. A NaN score makes its row's
 // output NaN (never silently 0). Tiles that the mask hides completely (above a causal diagonal,
-// a block of padded keys, a block the boolean mask hides) are skipped: a causal call does about
-// half the work.
+// a block of padded keys, a block the boolean mask hides) are skipped, and in a tile across the
+// causal diagonal the packed products leave out the register tiles (6 rows by 16 keys in float)
+// wholly above it, in forward and backward: a causal call does little more than half the work.
 //
 // Packing: the products read K and V (forward) and K, V, Q, dO (backward) from panels packed
 // once (detail/packed_panels.hpp): forward packs K^T and V once per call, and every query block
@@ -170,6 +176,65 @@ T max_nan(T a, T b) {
     return a < b ? b : a;
 }
 
+#if HEADWISE_X86_DISPATCH
+/// exp_shifted_sum (softmax_rows.hpp) for float in AVX2 + FMA, for the shifts of the blocked
+/// kernels, which leave x - shift <= 0 up to rounding (the row's running max, or its log-sum-exp):
+/// the same range reduction and Taylor polynomial, but k = round((x - shift) / ln 2) comes from
+/// adding 1.5 2^23 + 127 (its low bits are then k + 127, the exponent field of 2^k) and 2^k from
+/// shifting those bits: 18 instructions per 8 entries instead of 28 (2^k in two factors, for the
+/// subnormal results and the overflow that x - shift <= 0 never has), where exp was 16% of a
+/// forward slice at L = 4096. The results are the same to within one rounding of k's product (a
+/// tie of x log2(e) at half an integer can round to the other k, and the polynomial then takes r
+/// on the other side of 0): within 1 ulp. Entries below log(smallest normal float) are 0, NaN
+/// stays NaN, and x - shift above 88 gives exp(88) (not infinity: such a shift is not the max).
+HEADWISE_TARGET_AVX2 inline __m256 exp_nonpositive_avx2(__m256 z) {
+    using namespace simd;
+    const __m256 keep = _mm256_cmp_ps(z, _mm256_set1_ps(kLogFloatMin), _CMP_NLT_UQ);  // or NaN
+    // k + 127 in [0, 254]: z in [-88, 88] (a NaN z stays NaN: min and max return the 2nd operand)
+    z = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-88.0f), z));
+    const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f);           // 1.5 2^23 + 127
+    const __m256 t = _mm256_fmadd_ps(z, _mm256_set1_ps(kLog2e), magic);  // low bits: k + 127
+    const __m256 k = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), z);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(kTaylor[7]);
+    for (int i = 6; i >= 0; --i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kTaylor[i]));
+    const __m256 two_k = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+    return _mm256_and_ps(keep, _mm256_mul_ps(p, two_k));
+}
+
+HEADWISE_TARGET_AVX2 inline float exp_nonpositive_sum_avx2(const float* x, float shift, float* y,
+                                                           Index n) {
+    const __m256 s = _mm256_set1_ps(shift);
+    __m256 sum = _mm256_setzero_ps();
+    Index j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), s));
+        _mm256_storeu_ps(y + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (j < n) {
+        const __m256i tail = simd::first_lanes_avx2(n - j);
+        const __m256 z = _mm256_sub_ps(_mm256_maskload_ps(x + j, tail), s);
+        const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(tail), exp_nonpositive_avx2(z));
+        _mm256_maskstore_ps(y + j, tail, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return simd::sum_lanes_avx2(sum);
+}
+#endif
+
+/// y = exp(x - shift) and its sum, as exp_shifted_sum, for a shift that leaves x - shift <= 0
+/// (up to rounding): the AVX2 form above on an AVX2 CPU, else exp_shifted_sum.
+template <class T>
+T exp_nonpositive_sum(const T* x, T shift, T* y, Index n) {
+#if HEADWISE_X86_DISPATCH
+    if constexpr (std::is_same_v<T, float>)
+        if (cpu_simd_level() == SimdLevel::avx2) return exp_nonpositive_sum_avx2(x, shift, y, n);
+#endif
+    return exp_shifted_sum(x, shift, y, n);
+}
+
 /// P = exp(S - LSE) row by row in place, forward's probabilities recomputed: 0 for a row that
 /// sees nothing (LSE = +inf), NaN for a row forward made NaN (LSE = NaN); entries whose exponent
 /// is below the smallest normal T are exactly 0 (softmax_rows.hpp).
@@ -181,7 +246,7 @@ void exp_rows_from_lse(MatrixMap<T>& P, const T* LSE) {
             P.row(k).setZero();
         } else {
             T* row = P.data() + k * P.outerStride();
-            exp_shifted_sum(row, LSE[k], row, P.cols());
+            exp_nonpositive_sum(row, LSE[k], row, P.cols());
         }
     }
 }
@@ -189,6 +254,11 @@ void exp_rows_from_lse(MatrixMap<T>& P, const T* LSE) {
 /// The column of the row's entry equal to 1 (the row's whole probability on one key), or -1.
 template <class T>
 Index whole_probability_key(const T* P, Index c) {
+    // Most rows have no such entry: their largest entry, found vectorised (Eigen's maxCoeff), is
+    // below 1 (the search entry by entry took 6% of a backward slice at L = 4096). A NaN is not
+    // 1, whether maxCoeff skips it or not.
+    if (c == 0 || Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(P, c).maxCoeff() < T(1))
+        return -1;
     for (Index j = 0; j < c; ++j)
         if (P[j] == T(1)) return j;
     return -1;
@@ -275,6 +345,17 @@ Index tile_columns(const ops::ScoreMask<T>& mask, Index S, Index i0, Index r, In
     return n;
 }
 
+/// How far into a tile's columns (keys j0 ..) row k of the tile (query i0 + k) sees under the
+/// causal rule: keys j < k + causal_reach, when the causal rule is the only thing that cuts the
+/// tile's rows short (finite inputs, every column a covered key); else PanelBand::kAll. The packed
+/// products leave out the register tiles past it (the triangle of a tile across the diagonal).
+template <class T>
+Index causal_reach(const ops::ScoreMask<T>& mask, Index S, Index i0, Index j0, Index c,
+                   bool finite) {
+    if (!mask.causal || !finite || j0 + c > mask.covered(S)) return PanelBand::kAll;
+    return i0 + mask.causal_offset + 1 - j0;
+}
+
 /// Throws std::invalid_argument unless both tile extents are positive.
 inline void check_tiles(const char* function, const ops::AttentionTiles& tiles,
                         const char* argument = "tiles") {
@@ -345,10 +426,14 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             const Index c = detail::tile_columns(mask, S, i0, r, j0, std::min(Bc, S - j0), finite);
             if (c == 0) continue;
             MatrixMap<T> Sij(tile, r, c);  // [r, c]
+            // Row k sees the tile's keys j < k + reach (causal); the products leave out the
+            // register tiles past that (their scores are written 0, then masked).
+            const Index reach = detail::causal_reach(mask, S, i0, j0, c, finite);
             // line 8: S_ij = scale Q_i K_j^T, then the bias and the masks (hidden = -inf).
             if (packed)
                 detail::packed_gemm<T>(r, c, Q.cols(), scale, Q.data() + i0 * Q.outerStride(),
-                                       Q.outerStride(), 1, Kt, j0, false, Sij.data(), c);
+                                       Q.outerStride(), 1, Kt, j0, false, Sij.data(), c, true,
+                                       {reach});
             else
                 ops::gemm<T>(scale, Q.middleRows(i0, r), ops::Op::none, K.middleRows(j0, c),
                              ops::Op::transpose, T(0), Sij);
@@ -366,7 +451,7 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
                     Sij.row(k).setZero();
                     continue;
                 }
-                const T row_sum = detail::exp_shifted_sum(row, m_new, row, c);
+                const T row_sum = detail::exp_nonpositive_sum(row, m_new, row, c);
                 const T alpha = std::exp(m[k] - m_new);  // 0 when m_old = -inf
                 l[k] = alpha * l[k] + row_sum;
                 if (alpha != T(1)) Oi.row(k) *= alpha;
@@ -377,7 +462,8 @@ void blocked_attention_forward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstMa
             if (dropout.active()) ops::dropout_apply(dropout, dropout_stream, i0, j0, Sij, Sij);
             if (packed)
                 detail::packed_gemm<T>(r, V.cols(), c, T(1), Sij.data(), c, 1, Vp.from_row(j0), 0,
-                                       true, Oi.data(), O.outerStride());
+                                       true, Oi.data(), O.outerStride(), true,
+                                       {PanelBand::kAll, -PanelBand::kAll, reach});
             else
                 ops::gemm<T>(T(1), Sij, ops::Op::none, V.middleRows(j0, c), ops::Op::none, T(1),
                              Oi);
@@ -472,10 +558,16 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
                 Vtj = detail::pack_panels(v, 1, V.outerStride(), Dv, cj, vt_pack);
                 block_packed = true;
             }
+            // The causal band of the tile's products, as in forward: row k sees keys j < k + reach;
+            // key jj is seen from row jj + 1 - reach on (the products by A^T and dS^T).
+            const Index reach = detail::causal_reach(mask, S, i0, j0, c, finite);
+            const PanelBand rows_band{reach}, k_end_band{PanelBand::kAll, -PanelBand::kAll, reach};
+            const PanelBand k_first_band{PanelBand::kAll,
+                                         reach == PanelBand::kAll ? -PanelBand::kAll : 1 - reach};
             // line 9: S_ij = scale Q_i K_j^T (+ bias, masks), as in forward.
             if (packed)
                 detail::packed_gemm<T>(r, c, D, scale, Qi.data(), Q.outerStride(), 1, Ktj, 0, false,
-                                       Pij.data(), c);
+                                       Pij.data(), c, true, rows_band);
             else
                 ops::gemm<T>(scale, Qi, ops::Op::none, Kj, ops::Op::transpose, T(0), Pij);
             ops::apply_score_mask(mask, MatrixRef<T>(Pij), i0, j0);
@@ -487,13 +579,13 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             const MatrixMap<T>& Aij = dropout.active() ? Dij : Pij;
             if (packed)  // A_ij^T read in place: entry (jj, k) at A_ij[k, jj]
                 detail::packed_gemm<T>(c, Dv, r, T(1), Aij.data(), 1, c, dOp.from_row(i0), 0, true,
-                                       dVj.data(), dV.outerStride());
+                                       dVj.data(), dV.outerStride(), true, k_first_band);
             else
                 ops::gemm<T>(T(1), Aij, ops::Op::transpose, dOi, ops::Op::none, T(1), dVj);
             // line 12: dA_ij = dO_i V_j^T, then dP_ij = dropout(dA_ij) with the same mask.
             if (packed)
                 detail::packed_gemm<T>(r, c, Dv, T(1), dOi.data(), dO.outerStride(), 1, Vtj, 0,
-                                       false, Dij.data(), c);
+                                       false, Dij.data(), c, true, rows_band);
             else
                 ops::gemm<T>(T(1), dOi, ops::Op::none, Vj, ops::Op::transpose, T(0), Dij);
             if (dropout.active()) ops::dropout_apply(dropout, dropout_stream, i0, j0, Dij, Dij);
@@ -519,9 +611,10 @@ void blocked_attention_backward(ConstMatrixRef<T> Q, ConstMatrixRef<T> K, ConstM
             // line 14: dQ_i += scale dS_ij K_j;  line 15: dK_j += scale dS_ij^T Q_i.
             if (packed) {
                 detail::packed_gemm<T>(r, D, c, scale, Dij.data(), c, 1, Kjp, 0, true,
-                                       dQ.data() + i0 * dQ.outerStride(), dQ.outerStride());
+                                       dQ.data() + i0 * dQ.outerStride(), dQ.outerStride(), true,
+                                       k_end_band);
                 detail::packed_gemm<T>(c, D, r, scale, Dij.data(), 1, c, Qp.from_row(i0), 0, true,
-                                       dKj.data(), dK.outerStride());
+                                       dKj.data(), dK.outerStride(), true, k_first_band);
             } else {
                 ops::gemm<T>(scale, Dij, ops::Op::none, Kj, ops::Op::none, T(1),
                              dQ.middleRows(i0, r));
