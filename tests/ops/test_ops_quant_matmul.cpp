@@ -200,6 +200,49 @@ TEST_CASE("quant_matmul: both kernel sets agree, threads or not, and N = 0 write
     REQUIRE(untouched == 3.0f);
 }
 
+TEST_CASE("quant_matmul: the GEMV's groups of rows agree with the portable kernels",
+          "[quant_matmul]") {
+    // The AVX2 GEMV multiplies 4 rows at a time, then a pair, then one (Q8_0 only for rows of
+    // at least 1024 bytes): every count of rows from 1 to 9, the shortest rows (one block of 32
+    // or 256 values) and long ones, and a NaN in one activation block reaching every row.
+    if (std::string(headwise::ops::quant_matmul_kernels()) != "avx2") {
+        WARN("skipped: this CPU has no AVX2 + FMA + F16C");
+        return;
+    }
+    const Type type = GENERATE(Type::q8_0, Type::q4_0, Type::q4_1, Type::q5_0, Type::q5_1,
+                               Type::q4_k, Type::q6_k);
+    const Index block = headwise::quant::block_format(type).block_size;
+    const bool one_block = GENERATE(true, false);
+    const Index in = one_block ? block : 1024;
+    const bool nan = GENERATE(false, true);
+    for (Index out = 1; out <= 9; ++out) {
+        CAPTURE(headwise::quant::block_format(type).name, in, out, nan);
+        std::mt19937_64 rng(static_cast<std::uint64_t>(in * 10 + out));
+        const Weight W(type, out, in, rng);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(static_cast<std::size_t>(in)), b(static_cast<std::size_t>(out));
+        for (auto& v : x) v = normal(rng);
+        for (auto& v : b) v = normal(rng);
+        if (nan) x[static_cast<std::size_t>(in - 5)] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> y1(static_cast<std::size_t>(out)), y2(y1.size());
+        headwise::ops::QuantMatmulWorkspace ws;
+        headwise::ops::quant_matmul(MatrixMap<const float>(x.data(), 1, in), W.matrix(), b.data(),
+                                    MatrixMap<float>(y1.data(), 1, out), ws,
+                                    QuantKernels::portable);
+        headwise::ops::quant_matmul(MatrixMap<const float>(x.data(), 1, in), W.matrix(), b.data(),
+                                    MatrixMap<float>(y2.data(), 1, out), ws, QuantKernels::avx2);
+        for (Index o = 0; o < out; ++o) {
+            const float a = y1[static_cast<std::size_t>(o)], v = y2[static_cast<std::size_t>(o)];
+            CAPTURE(o, a, v);
+            if (nan) {
+                REQUIRE(std::isnan(v));
+            } else {
+                REQUIRE(std::abs(a - v) <= 1e-4f * (1.0f + std::abs(a)));
+            }
+        }
+    }
+}
+
 TEST_CASE("quant_matmul: a non-finite activation makes the outputs that read it NaN",
           "[quant_matmul]") {
     std::mt19937_64 rng(9);
