@@ -173,6 +173,64 @@ TEMPLATE_TEST_CASE("decode_last gives decode's last position, tied and untied", 
     }
 }
 
+TEMPLATE_TEST_CASE("decode_last in chunks gives decode_last at once, padding included", "[llama]",
+                   float, double) {
+    using T = TestType;
+    auto model = LlamaForCausalLM<T>::from_pretrained(model_dir("untied"));
+    const auto [ids, padding] = headwise::models::left_pad(kPrompts);  // [3, 7] each
+    const Index B = ids.size(0), L = ids.size(1);
+    auto whole_cache = model.make_cache(B, L + 1);
+    const Tensor<T> whole = model.decode_last(ids, whole_cache, padding, 0);  // [B, 1, V]
+    Tensor<std::int64_t> next(Shape{B, 1});
+    for (Index b = 0; b < B; ++b) next.data()[b] = 5 + b;
+    const Tensor<T> whole_next = model.decode_last(next, whole_cache);
+    for (const Index chunk : {1, 2, 3, 6}) {
+        CAPTURE(chunk);
+        auto cache = model.make_cache(B, L + 1);
+        const Tensor<T> last = model.decode_last(ids, cache, padding, chunk);
+        CHECK(cache.size() == L);
+        REQUIRE(last.shape() == whole.shape());
+        double err = 0;
+        for (Index i = 0; i < last.numel(); ++i)
+            err = std::max(err, std::abs(static_cast<double>(last.data()[i]) -
+                                         static_cast<double>(whole.data()[i])));
+        CHECK(err <= (sizeof(T) == 4 ? 1e-5 : 1e-12));
+        // The cache holds what one decode left: the next token's logits agree too.
+        const Tensor<T> after = model.decode_last(next, cache);
+        err = 0;
+        for (Index i = 0; i < after.numel(); ++i)
+            err = std::max(err, std::abs(static_cast<double>(after.data()[i]) -
+                                         static_cast<double>(whole_next.data()[i])));
+        CHECK(err <= (sizeof(T) == 4 ? 1e-5 : 1e-12));
+    }
+}
+
+TEST_CASE("decode_last in chunks refuses before the first chunk changes the cache", "[llama]") {
+    auto model = LlamaForCausalLM<float>::from_pretrained(model_dir("tied"));
+    const Index V = model.config().vocab_size;
+    Tensor<std::int64_t> ids(Shape{1, 6});
+    for (Index t = 0; t < 6; ++t) ids.data()[t] = t + 1;
+    ids.data()[5] = V;  // in the last chunk
+    auto cache = model.make_cache(1, 8);
+    const std::string message = "headwise::Embedding::forward: indices: entry 5 (flat) is " +
+                                std::to_string(V) + ", expected an index in [0, " +
+                                std::to_string(V) + ")";
+    CHECK_THROWS_MATCHES(model.decode_last(ids, cache, {}, 2), std::out_of_range,
+                         Catch::Matchers::Message(message));
+    CHECK(cache.size() == 0);
+    CHECK_THROWS_MATCHES(model.decode_last(ids, cache, {}, 0), std::out_of_range,
+                         Catch::Matchers::Message(message));  // the same words at once
+    ids.data()[5] = 1;
+    auto small = model.make_cache(1, 5);
+    CHECK_THROWS_AS(model.decode_last(ids, small, {}, 2), std::invalid_argument);  // no room
+    CHECK(small.size() == 0);
+    CHECK_THROWS_MATCHES(
+        model.decode_last(ids, cache, {}, -1), std::invalid_argument,
+        Catch::Matchers::Message("headwise::models::LlamaForCausalLM::decode_last: chunk: "
+                                 "expected 0 (all at once) or a positive token count, got -1"));
+    CHECK(cache.size() == 0);
+}
+
 TEMPLATE_TEST_CASE("Greedy generation is transformers' token for token", "[llama]", float, double) {
     using T = TestType;
     const std::string name = GENERATE(as<std::string>{}, "tied", "untied");

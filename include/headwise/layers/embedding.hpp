@@ -56,6 +56,13 @@ public:
     /// index outside [0, num_embeddings), before writing anything; shape_error for indices of
     /// rank Shape::kMaxRank (the output has one axis more).
     Tensor<T> forward(TensorView<const std::int64_t> indices) const;
+    /// The checks forward makes, with its messages, without looking anything up (a caller that
+    /// looks the indices up in parts checks them all first).
+    void check_forward(TensorView<const std::int64_t> indices) const {
+        constexpr const char* fn = "headwise::Embedding::forward";
+        static_cast<void>(output_shape(fn, indices.shape(), embedding_dim()));
+        check_indices(fn, indices);
+    }
     /// ADDS dy[..., :] into row indices[...] of the weight gradient (padding rows skipped).
     void backward(TensorView<const std::int64_t> indices, TensorView<const T> dy);
 
@@ -201,8 +208,8 @@ template <class T>
 Tensor<T> Embedding<T>::forward(TensorView<const std::int64_t> indices) const {
     constexpr const char* fn = "headwise::Embedding::forward";
     const Index E = embedding_dim();
+    check_forward(indices);
     const Shape s = output_shape(fn, indices.shape(), E);
-    check_indices(fn, indices);
     Tensor<T> out = Tensor<T>::uninitialized(s);  // [..., E]
     for (Index i = 0; i < indices.numel(); ++i)
         table_.row(static_cast<Index>(indices[i]), out.data() + i * E);

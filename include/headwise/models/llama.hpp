@@ -11,7 +11,7 @@ config.json and safetensors files; headwise::headwise links it when CMake finds 
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>  // std::copy_n
+#include <algorithm>  // std::copy_n, std::min
 #include <cmath>      // std::isfinite, std::log
 #include <cstdint>    // std::int64_t
 #include <map>        // std::map
@@ -359,6 +359,12 @@ public:
     /// (std::invalid_argument naming the cache and the layer) before anything changes.
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
                      TensorView<const bool> padding = {}, TensorView<const T> head_mask = {});
+    /// The checks decode makes, with its messages, without decoding: for a caller that
+    /// decodes a batch of new tokens in parts and must refuse it before the first part
+    /// changes the cache.
+    void check_decode(TensorView<const std::int64_t> input_ids, const LlamaCache<T>& cache,
+                      TensorView<const bool> padding = {},
+                      TensorView<const T> head_mask = {}) const;
     /// input_ids [B, L] (or [L]) -> last_hidden_state [B, L, E] (or [L, E]): decode() into a
     /// fresh cache. padding_mask as decode's.
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
@@ -536,9 +542,18 @@ public:
     Tensor<T> decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
                      TensorView<const bool> padding = {});
     /// The same, but the logits of the last position only: [B, 1, V] (what generation reads
-    /// after a prompt: the LM head then multiplies one row per sequence instead of T).
+    /// after a prompt: the LM head then multiplies one row per sequence instead of T). The new
+    /// tokens are decoded in chunks of at most `chunk` (0: all at once), so that the
+    /// temporaries (projections, attention probabilities, the feed-forward's activations) hold
+    /// `chunk` tokens rather than T: SmolLM2-135M's 512-token prompt added 45 MB to the
+    /// resident set at once, 28 MB in chunks of 128, for 6% more time. The chunks' results
+    /// equal one decode's up to float rounding (the attention sums its keys in other blocks).
+    /// Everything is checked before the first chunk changes the cache (decode's errors);
+    /// std::invalid_argument for a negative chunk.
     Tensor<T> decode_last(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
-                          TensorView<const bool> padding = {});
+                          TensorView<const bool> padding = {}, Index chunk = kPrefillChunk);
+    /// decode_last's default chunk, in tokens.
+    static constexpr Index kPrefillChunk = 128;
     /// input_ids [B, L] (or [L]) -> logits [B, L, V] (or [L, V]); padding_mask [B, L] (true =
     /// padding) or empty.
     Tensor<T> forward(TensorView<const std::int64_t> input_ids,
@@ -994,6 +1009,21 @@ LlamaCache<T> LlamaModel<T>::make_cache(Index batch, Index capacity,
 template <class T>
 Tensor<T> LlamaModel<T>::decode(TensorView<const std::int64_t> input_ids, LlamaCache<T>& cache,
                                 TensorView<const bool> padding, TensorView<const T> head_mask) {
+    check_decode(input_ids, cache, padding, head_mask);
+    const bool padded = padding.data() != nullptr && padding.numel() > 0;
+    Tensor<T> x = embed_tokens_.forward(input_ids);  // [B, T, E]
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const Tensor<T> gates = detail::layer_head_mask(head_mask, static_cast<Index>(i));  // [H]
+        x = layers_[i].decode(x, cache.layers[i], padded ? padding : TensorView<const bool>{},
+                              gates.numel() > 0 ? gates.view() : TensorView<const T>{});
+    }
+    return norm_.forward(x);
+}
+
+template <class T>
+void LlamaModel<T>::check_decode(TensorView<const std::int64_t> input_ids,
+                                 const LlamaCache<T>& cache, TensorView<const bool> padding,
+                                 TensorView<const T> head_mask) const {
     constexpr const char* fn = "headwise::models::LlamaModel::decode";
     if (input_ids.rank() != 2) throw shape_error(fn, "input_ids", "[B, T]", input_ids.shape());
     const Index B = input_ids.size(0), Tn = input_ids.size(1);
@@ -1031,13 +1061,7 @@ Tensor<T> LlamaModel<T>::decode(TensorView<const std::int64_t> input_ids, LlamaC
         heads_per_layer.push_back(a.num_heads());
     }
     detail::check_model_head_mask(fn, head_mask, heads_per_layer);
-    Tensor<T> x = embed_tokens_.forward(input_ids);  // [B, T, E], checks the ids
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-        const Tensor<T> gates = detail::layer_head_mask(head_mask, static_cast<Index>(i));  // [H]
-        x = layers_[i].decode(x, cache.layers[i], padded ? padding : TensorView<const bool>{},
-                              gates.numel() > 0 ? gates.view() : TensorView<const T>{});
-    }
-    return norm_.forward(x);
+    embed_tokens_.check_forward(input_ids);
 }
 
 template <class T>
@@ -1300,8 +1324,36 @@ Tensor<T> LlamaForCausalLM<T>::decode(TensorView<const std::int64_t> input_ids,
 
 template <class T>
 Tensor<T> LlamaForCausalLM<T>::decode_last(TensorView<const std::int64_t> input_ids,
-                                           LlamaCache<T>& cache, TensorView<const bool> padding) {
-    const Tensor<T> hidden = model_.decode(input_ids, cache, padding);  // [B, T, E]
+                                           LlamaCache<T>& cache, TensorView<const bool> padding,
+                                           Index chunk) {
+    constexpr const char* fn = "headwise::models::LlamaForCausalLM::decode_last";
+    if (chunk < 0)
+        throw_invalid_argument(fn, "chunk", "expected 0 (all at once) or a positive token count",
+                               std::to_string(chunk));
+    Tensor<T> hidden;  // [B, T', E]: the last chunk's
+    const Index Tn = input_ids.rank() == 2 ? input_ids.size(1) : 0;
+    if (chunk == 0 || Tn <= chunk) {
+        hidden = model_.decode(input_ids, cache, padding);
+    } else {
+        model_.check_decode(input_ids, cache, padding);
+        const Index B = input_ids.size(0);
+        const bool padded = padding.data() != nullptr && padding.numel() > 0;
+        // Columns [at, at + n) of a [B, T] tensor.
+        const auto columns = [&](auto view, Index at, Index n) {
+            using V = typename decltype(view)::value_type;
+            Tensor<V> part = Tensor<V>::uninitialized(Shape{B, n});
+            for (Index b = 0; b < B; ++b)
+                std::copy_n(view.data() + b * Tn + at, n, part.data() + b * n);
+            return part;
+        };
+        for (Index at = 0; at < Tn; at += chunk) {
+            const Index n = std::min(chunk, Tn - at);
+            const Tensor<std::int64_t> ids = columns(input_ids, at, n);
+            const Tensor<bool> pad = padded ? columns(padding, at, n) : Tensor<bool>{};
+            hidden =
+                model_.decode(ids.view(), cache, padded ? pad.view() : TensorView<const bool>{});
+        }
+    }
     const Index B = hidden.shape()[0], L = hidden.shape()[1], E = hidden.shape()[2];
     Tensor<T> last = Tensor<T>::uninitialized(Shape{B, 1, E});
     for (Index b = 0; b < B; ++b)
