@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Products with quantized weights (ops::quant_matmul): the decode GEMV of every format at
-// SmolLM2-135M's shapes and 4096 x 4096, against the read-bandwidth bound of its bytes; the
-// prefill GEMM (N = 512); the other activation scheme (weights dequantized to float, then float
-// FMA / the float GEMM) for Q4_1 and Q8_0; and the accuracy table of docs/formats.md.
+// SmolLM2-135M's shapes, 4096 x 4096 and 4096 x 14336, against the read-bandwidth bound of its
+// bytes; the prefill GEMM (N = 512); the other activation scheme (weights dequantized to float,
+// then float FMA / the float GEMM) for Q4_1 and Q8_0; and the accuracy table of docs/formats.md.
 //
 // Cases:
 //   gemv/<format>/<kernels>/cache:<0|1>/out:_/in:_
@@ -382,9 +382,10 @@ void gemm_dequant(benchmark::State& state, Type type) {
                  2.0 * static_cast<double>(N * out * in));
 }
 
-// SmolLM2-135M: hidden 576, k/v 192 (3 heads of 64), MLP 1536, vocabulary 49152; and 4096^2.
-const std::int64_t kGemvShapes[][2] = {{576, 576},  {192, 576},   {1536, 576},
-                                       {576, 1536}, {49152, 576}, {4096, 4096}};
+// SmolLM2-135M: hidden 576, k/v 192 (3 heads of 64), MLP 1536, vocabulary 49152; 4096^2; and
+// 4096 x 14336, the shape llama.cpp's test-backend-ops times for the decode GEMV.
+const std::int64_t kGemvShapes[][2] = {{576, 576},   {192, 576},   {1536, 576},  {576, 1536},
+                                       {49152, 576}, {4096, 4096}, {4096, 14336}};
 // N, out, in: prefill (N = 512) and small batches around the switch of scheme (kQuantGemmRows).
 const std::int64_t kGemmShapes[][3] = {{512, 576, 576}, {512, 1536, 576}, {512, 576, 1536},
                                        {8, 1536, 576},  {16, 1536, 576},  {31, 1536, 576},
