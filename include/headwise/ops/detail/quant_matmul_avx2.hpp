@@ -269,6 +269,23 @@ HEADWISE_TARGET_AVX2_F16C inline float avx2_block_gemv(const std::uint8_t* row,
 /// group asked for at its start.
 inline constexpr Index kPrefetchBytes = 4096;
 
+/// How many rows ahead of a group of R rows, `stride` bytes apart, the GEMV prefetches:
+/// kPrefetchBytes, and at least the next group.
+template <int R>
+constexpr Index prefetch_rows_ahead(Index stride) noexcept {
+    return std::max<Index>(R, (kPrefetchBytes + stride - 1) / stride);
+}
+
+/// Asks for the lines of bytes [0, bytes) at p in each of the R rows `ahead` rows on.
+template <int R>
+HEADWISE_TARGET_AVX2_F16C inline void avx2_prefetch_rows(const std::uint8_t* p, Index stride,
+                                                         Index ahead, int bytes) noexcept {
+    for (int r = 0; r < R; ++r)
+        for (int line = 0; line < bytes; line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + (ahead + r) * stride + line),
+                         _MM_HINT_T0);
+}
+
 /// The integer dot product of a weight block's 32 bytes q with the activation block x: 8 partial
 /// sums in 32 bits.
 template <class F>
@@ -302,14 +319,12 @@ HEADWISE_TARGET_AVX2_F16C inline void avx2_block32_gemv_rows(const std::uint8_t*
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
-    const Index ahead = std::max<Index>(R, (kPrefetchBytes + stride - 1) / stride);
+    const Index ahead = prefetch_rows_ahead<R>(stride);
     for (Index blk = 0; blk < nb; ++blk) {
         const std::uint8_t* p = row + blk * F::kBytes;
         // The row kPrefetchBytes ahead (at least the next group), a line per row as this
         // one's blocks pass a 64-byte boundary.
-        if (((blk * F::kBytes) & 63) < F::kBytes)
-            for (int r = 0; r < R; ++r)
-                _mm_prefetch(reinterpret_cast<const char*>(p + (ahead + r) * stride), _MM_HINT_T0);
+        if (((blk * F::kBytes) & 63) < F::kBytes) avx2_prefetch_rows<R>(p, stride, ahead, 1);
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.q + blk * 32));
         __m128i h = _mm_unpacklo_epi32(avx2_load_u32(p), avx2_load_u32(p + stride));
         if (R == 4)
@@ -379,16 +394,13 @@ HEADWISE_TARGET_AVX2_F16C inline void avx2_q4_k_gemv_rows(const std::uint8_t* ro
                                                           const QuantActivations& act,
                                                           float* out) noexcept {
     const Index nsb = act.in / 256;
-    const Index ahead = std::max<Index>(R, (kPrefetchBytes + stride - 1) / stride);
+    const Index ahead = prefetch_rows_ahead<R>(stride);
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (Index sb = 0; sb < nsb; ++sb) {
         const std::uint8_t* p = row + sb * 144;
-        for (int r = 0; r < R; ++r)
-            for (int line = 0; line < 144; line += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(p + (ahead + r) * stride + line),
-                             _MM_HINT_T0);
+        avx2_prefetch_rows<R>(p, stride, ahead, 144);
         __m256 xd, xs;
         avx2_act_scales8(act.ds + 16 * sb, xd, xs);
         __m256 scale[R];
@@ -444,17 +456,14 @@ HEADWISE_TARGET_AVX2_F16C inline void avx2_q6_k_gemv_rows(const std::uint8_t* ro
                                                           const QuantActivations& act,
                                                           float* out) noexcept {
     const Index nsb = act.in / 256;
-    const Index ahead = std::max<Index>(R, (kPrefetchBytes + stride - 1) / stride);
+    const Index ahead = prefetch_rows_ahead<R>(stride);
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const __m256i k32 = _mm256_set1_epi8(32);
     for (Index sb = 0; sb < nsb; ++sb) {
         const std::uint8_t* p = row + sb * 210;
-        for (int r = 0; r < R; ++r)
-            for (int line = 0; line < 210; line += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(p + (ahead + r) * stride + line),
-                             _MM_HINT_T0);
+        avx2_prefetch_rows<R>(p, stride, ahead, 210);
         __m256 xd, xs;
         avx2_act_scales8(act.ds + 16 * sb, xd, xs);
         __m256 scale[R];
