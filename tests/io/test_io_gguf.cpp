@@ -243,7 +243,7 @@ TEST_CASE("save_gguf round trip of quantized tensors, default alignment", "[io][
           std::vector<float>(bias.data(), bias.data() + 5));
 }
 
-TEST_CASE("release_pages drops a mapped tensor's whole pages; its bytes read the same after",
+TEST_CASE("release_pages drops a mapped tensor's whole pages, and its bytes read the same after",
           "[io][gguf]") {
     Generator rng(11);
     const Tensor<float> small = Tensor<float>::randn(Shape{5}, rng);
