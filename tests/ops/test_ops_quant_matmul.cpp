@@ -3,6 +3,7 @@
 // kernels, against double loops over the dequantized weights (quant::dequantize_row) with the
 // activations rounded as the kernels round them (tight), and with the float activations (within
 // the activation rounding's bound); strided operands, bias; the errors.
+#include <headwise/detail/parallel.hpp>  // HEADWISE_PARALLEL, <omp.h> when set
 #include <headwise/ops/quant_matmul.hpp>
 
 #include <headwise/quant/dequantize.hpp>
@@ -241,6 +242,39 @@ TEST_CASE("quant_matmul: the GEMV's groups of rows agree with the portable kerne
             }
         }
     }
+}
+
+TEST_CASE("quant_matmul: the GEMV gives the same bits on 1 thread as on 2", "[quant_matmul]") {
+    // The threads split the output rows at multiples of 4, where the AVX2 GEMV's groups of
+    // rows start: a split elsewhere would multiply a row in another group (another order of
+    // sums) on 2 threads than on 1. 1030 rows of 256 values split in two (each thread's share
+    // is above kQuantParallelGrain) at a row that is not a multiple of 4 unless aligned.
+#if HEADWISE_PARALLEL
+    const Type type = GENERATE(Type::q4_1, Type::q4_k, Type::q6_k, Type::q8_0);
+    CAPTURE(headwise::quant::block_format(type).name);
+    const Index in = 256, out = 1030;
+    std::mt19937_64 rng(23);
+    const Weight W(type, out, in, rng);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<std::size_t>(in));
+    for (auto& v : x) v = normal(rng);
+    const int saved = omp_get_max_threads();
+    std::vector<float> y1(static_cast<std::size_t>(out)), y2(y1.size());
+    headwise::ops::QuantMatmulWorkspace ws;
+    omp_set_num_threads(1);
+    headwise::ops::quant_matmul(MatrixMap<const float>(x.data(), 1, in), W.matrix(), nullptr,
+                                MatrixMap<float>(y1.data(), 1, out), ws);
+    omp_set_num_threads(2);
+    headwise::ops::quant_matmul(MatrixMap<const float>(x.data(), 1, in), W.matrix(), nullptr,
+                                MatrixMap<float>(y2.data(), 1, out), ws);
+    omp_set_num_threads(saved);
+    for (Index o = 0; o < out; ++o) {
+        CAPTURE(o);
+        REQUIRE(y1[static_cast<std::size_t>(o)] == y2[static_cast<std::size_t>(o)]);
+    }
+#else
+    SUCCEED("a build without OpenMP runs the products on one thread");
+#endif
 }
 
 TEST_CASE("quant_matmul: a non-finite activation makes the outputs that read it NaN",

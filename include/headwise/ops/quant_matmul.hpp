@@ -181,6 +181,11 @@ inline bool quant_avx2_available() noexcept {
 /// (at load 4-5, 2 threads made the 576 x 576 GEMV 1.0-3.2x slower).
 inline constexpr Index kQuantParallelGrain = Index{1} << 17;
 
+/// The threads split a product's output rows at multiples of this many rows: the AVX2 GEMV
+/// multiplies groups of 4 rows from the first row it is given (detail/quant_matmul_avx2.hpp),
+/// and a row's sums run in another order in a group than alone.
+inline constexpr Index kQuantRowGroup = 4;
+
 }  // namespace headwise::detail
 
 namespace headwise::ops {
@@ -287,11 +292,19 @@ void quant_matmul(ConstMatrixRef<float> X, const QuantMatrix& W, const float* b,
     act.x = X.data();
     act.x_stride = X.outerStride();
 
+    // The threads take whole groups of kQuantRowGroup rows, so that every row is computed in
+    // the same group (the same order of sums) whatever the thread count: the same bits on 1
+    // thread as on 2.
     const Index work = std::max<Index>(in, 1) * N;  // multiply-adds per output row
-    const Index grain = std::max<Index>(1, detail::kQuantParallelGrain / work);
+    const Index groups = (out + detail::kQuantRowGroup - 1) / detail::kQuantRowGroup;
+    const Index grain =
+        std::max<Index>(1, detail::kQuantParallelGrain / (work * detail::kQuantRowGroup));
     float* y = Y.data();
     const Index y_stride = Y.outerStride();
-    detail::parallel_blocks(out, grain, [&](Index first, Index count) {
+    detail::parallel_blocks(groups, grain, [&](Index first_group, Index group_count) {
+        const Index first = first_group * detail::kQuantRowGroup;
+        const Index count =
+            std::min(out, (first_group + group_count) * detail::kQuantRowGroup) - first;
         const detail::QuantRows rows{W.type, w + static_cast<std::uint64_t>(first) * row_bytes,
                                      static_cast<Index>(row_bytes), count};
 #if HEADWISE_X86_DISPATCH
